@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The main job: installs what is missing, starts the local control plane and
+# shows it working end to end. It leaves the harness running; stop it with
+# `target/debug/ptah-harness down`.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash conformance/setup.sh
+cargo build --workspace --bins --quiet
+target/debug/ptah-harness up
+target/debug/ptah-harness demo

@@ -1,0 +1,1 @@
+//! The process kubelet: the one simulated part of the harness.

@@ -1,0 +1,21 @@
+//! The conformance harness: a local Kubernetes control plane made of the real
+//! upstream programs (etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler), the real databases, git servers and OCI registry, and one
+//! simulated part, the process kubelet. Every stage of the operator — Source,
+//! Plan, Decision, Execution, Verification, History — is tested end to end on
+//! it; nothing in the product knows it runs here.
+
+pub mod certs;
+pub mod demo;
+pub mod env;
+pub mod gitserve;
+pub mod harness;
+pub mod kubelet;
+pub mod service;
+pub mod tools;
+
+/// Installs the one rustls crypto provider of the workspace (aws-lc-rs).
+/// Idempotent: a second call finds the provider already installed.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}

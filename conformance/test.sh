@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every test: installs what is missing, checks formatting and lints,
+# starts the local control plane, runs the whole workspace's tests on it, and
+# stops what it started. The last line is the test runner's own summary.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+start=$SECONDS
+say() { printf '[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+bash conformance/setup.sh
+say "cargo fmt --check"
+cargo fmt --all --check
+say "cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+say "building"
+cargo build --workspace --bins --quiet
+cargo nextest run --workspace --no-run --cargo-quiet
+
+harness=target/debug/ptah-harness
+mkdir -p .harness
+trap '"$harness" down >.harness/down.log 2>&1 || cat .harness/down.log >&2' EXIT
+say "starting the local control plane"
+"$harness" up
+say "ready after $((SECONDS - start))s; running the tests"
+cargo nextest run --workspace --no-fail-fast --cargo-quiet

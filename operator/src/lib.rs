@@ -1,0 +1,10 @@
+//! The Ptah operator. The manager (`ptah-operator`) owns stages 1–6 on the
+//! Kubernetes side: it pins sources, publishes plans, decides by policy,
+//! dispatches Jobs and records history. The runner (`ptah-runner`) is PID 1 of
+//! every operation container: it performs one operation through the Ptah CLI
+//! and delivers one result. Neither exists beyond its command line yet; the
+//! API types, lifecycles and execution arrive with the issues that follow the
+//! foundation.
+
+/// The version every binary of the operator reports.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
