@@ -15,7 +15,7 @@ say "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 say "building"
 cargo build --workspace --bins --quiet
-cargo nextest run --workspace --no-run --cargo-quiet
+cargo nextest run --workspace --config-file conformance/nextest.toml --no-run --cargo-quiet
 
 harness=target/debug/ptah-harness
 mkdir -p .harness
@@ -23,4 +23,4 @@ trap '"$harness" down >.harness/down.log 2>&1 || cat .harness/down.log >&2' EXIT
 say "starting the local control plane"
 "$harness" up
 say "ready after $((SECONDS - start))s; running the tests"
-cargo nextest run --workspace --no-fail-fast --cargo-quiet
+cargo nextest run --workspace --config-file conformance/nextest.toml --cargo-quiet

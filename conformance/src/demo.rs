@@ -46,7 +46,10 @@ pub async fn run(harness: &Harness) -> anyhow::Result<()> {
     step("the node registered by the process kubelet");
     let version = client.apiserver_version().await?;
     println!("  kube-apiserver {}", version.git_version);
-    for node in Api::<Node>::all(client.clone()).list(&ListParams::default()).await? {
+    for node in Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+    {
         let ready = node
             .status
             .as_ref()
@@ -138,20 +141,55 @@ pub async fn run(harness: &Harness) -> anyhow::Result<()> {
     jobs.delete(&name, &DeleteParams::background()).await?;
 
     step("the databases (credentials stay in the harness's secrets directory)");
-    let pg_url = std::fs::read_to_string(harness.secret_file("postgres.url"))?;
+    let pg = url_parts(&std::fs::read_to_string(
+        harness.secret_file("postgres.url"),
+    )?)?;
+    // Passwords go through the environment, never a command line `ps` shows.
     let out = Command::new("psql")
-        .args(["-At", "-c", "select version()", pg_url.trim()])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &pg.port,
+            "-U",
+            &pg.user,
+            "-d",
+            "postgres",
+        ])
+        .args(["-At", "-c", "select version()"])
+        .env("PGPASSWORD", &pg.password)
         .output()?;
-    println!("  PostgreSQL: {}", String::from_utf8_lossy(&out.stdout).trim());
-    let maria = url_parts(&std::fs::read_to_string(harness.secret_file("mariadb.url"))?)?;
+    println!(
+        "  PostgreSQL: {}",
+        String::from_utf8_lossy(&out.stdout).trim()
+    );
+    let maria = url_parts(&std::fs::read_to_string(
+        harness.secret_file("mariadb.url"),
+    )?)?;
     let out = Command::new("mariadb")
-        .args(["-h", "127.0.0.1", "-P", &maria.port, "-u", &maria.user, "-N", "-e", "select version()"])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-P",
+            &maria.port,
+            "-u",
+            &maria.user,
+            "-N",
+            "-e",
+            "select version()",
+        ])
         .env("MYSQL_PWD", &maria.password)
         .output()?;
-    println!("  MariaDB:    {}", String::from_utf8_lossy(&out.stdout).trim());
+    println!(
+        "  MariaDB:    {}",
+        String::from_utf8_lossy(&out.stdout).trim()
+    );
 
     step("next");
-    println!("  source {}   # KUBECONFIG and the rest", harness.env_file().display());
+    println!(
+        "  source {}   # KUBECONFIG and the rest",
+        harness.env_file().display()
+    );
     println!("  kubectl get nodes,pods -A");
     println!("  target/debug/ptah-harness down   # stops everything, by pid");
     Ok(())
@@ -163,19 +201,43 @@ struct UrlParts {
     port: String,
 }
 
-/// user, password and port of a `mysql://user:password@host:port/db` URL.
+/// user, password and port of a `scheme://user:password@host:port/db` URL
+/// (the harness writes them without escapes).
 fn url_parts(url: &str) -> anyhow::Result<UrlParts> {
-    let rest = url
+    let (_, rest) = url
         .trim()
-        .strip_prefix("mysql://")
-        .context("the MariaDB URL file does not hold a mysql:// URL")?;
-    let (creds, host) = rest.split_once('@').context("no credentials in the MariaDB URL")?;
-    let (user, password) = creds.split_once(':').context("no password in the MariaDB URL")?;
+        .split_once("://")
+        .context("the URL file does not hold a URL")?;
+    let (creds, host) = rest.split_once('@').context("no credentials in the URL")?;
+    let (user, password) = creds.split_once(':').context("no password in the URL")?;
     let host = host.split('/').next().unwrap_or_default();
-    let (_, port) = host.rsplit_once(':').context("no port in the MariaDB URL")?;
+    let (_, port) = host.rsplit_once(':').context("no port in the URL")?;
     Ok(UrlParts {
         user: user.into(),
         password: password.into(),
         port: port.into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_parts_reads_user_password_and_port() {
+        let p = url_parts("mysql://ptah:s3cret@127.0.0.1:3307/mysql\n").unwrap();
+        assert_eq!(
+            (p.user.as_str(), p.password.as_str(), p.port.as_str()),
+            ("ptah", "s3cret", "3307")
+        );
+        let p =
+            url_parts("postgres://postgres:pw@127.0.0.1:5433/postgres?sslmode=disable").unwrap();
+        assert_eq!(p.port, "5433");
+    }
+
+    #[test]
+    fn url_parts_refuses_a_url_without_credentials() {
+        let err = url_parts("postgres://127.0.0.1:5432/db").err().unwrap();
+        assert!(err.to_string().contains("credentials"), "{err}");
+    }
 }

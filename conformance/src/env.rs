@@ -12,10 +12,7 @@ pub async fn shared(kubelet_exe: &str) -> &'static Harness {
     static UP: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     let harness = HARNESS.get_or_init(|| {
         let kubelet = PathBuf::from(kubelet_exe);
-        let target_dir = kubelet
-            .parent()
-            .map(PathBuf::from)
-            .unwrap_or_default();
+        let target_dir = kubelet.parent().map(PathBuf::from).unwrap_or_default();
         Harness {
             state: default_state_dir(),
             kubelet_exe: kubelet,

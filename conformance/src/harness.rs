@@ -33,7 +33,8 @@ pub fn default_state_dir() -> PathBuf {
 
 /// The loopback ports of one harness, chosen free at the first `up` and kept
 /// so that a second `up` finds everything where it was.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct Ports {
     pub etcd_client: u16,
     pub etcd_peer: u16,
@@ -46,31 +47,45 @@ pub struct Ports {
     pub git_daemon: u16,
     pub git_http: u16,
     pub git_ssh: u16,
+    /// The registry that serves the OCI 1.1 referrers API natively.
+    pub referrers_registry: u16,
 }
 
 impl Ports {
-    fn choose() -> anyhow::Result<Self> {
+    /// Gives every port still unset (0) a free one: all of them at the first
+    /// `up`, and those a newer harness added on a state dir an older one made.
+    fn fill(&mut self) -> anyhow::Result<()> {
+        let taken: Vec<u16> = self.all_mut().iter().map(|p| **p).collect();
         // Hold every listener until all are chosen so no two ports coincide.
         let mut held = Vec::new();
-        let mut next = || -> anyhow::Result<u16> {
-            let l = TcpListener::bind(("127.0.0.1", 0))?;
-            let port = l.local_addr()?.port();
-            held.push(l);
-            Ok(port)
-        };
-        Ok(Ports {
-            etcd_client: next()?,
-            etcd_peer: next()?,
-            apiserver: next()?,
-            controller_manager: next()?,
-            scheduler: next()?,
-            postgres: next()?,
-            mariadb: next()?,
-            registry: next()?,
-            git_daemon: next()?,
-            git_http: next()?,
-            git_ssh: next()?,
-        })
+        for port in self.all_mut() {
+            while *port == 0 {
+                let l = TcpListener::bind(("127.0.0.1", 0))?;
+                let free = l.local_addr()?.port();
+                held.push(l);
+                if !taken.contains(&free) {
+                    *port = free;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn all_mut(&mut self) -> [&mut u16; 12] {
+        [
+            &mut self.etcd_client,
+            &mut self.etcd_peer,
+            &mut self.apiserver,
+            &mut self.controller_manager,
+            &mut self.scheduler,
+            &mut self.postgres,
+            &mut self.mariadb,
+            &mut self.registry,
+            &mut self.git_daemon,
+            &mut self.git_http,
+            &mut self.git_ssh,
+            &mut self.referrers_registry,
+        ]
     }
 }
 
@@ -148,11 +163,16 @@ impl Harness {
 
     fn ports(&self) -> anyhow::Result<Ports> {
         let path = self.state.join("ports.json");
-        if let Ok(text) = fs::read_to_string(&path) {
-            return Ok(serde_json::from_str(&text)?);
+        let mut ports: Ports = match fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text)
+                .with_context(|| format!("reading {}", path.display()))?,
+            Err(_) => Ports::default(),
+        };
+        let before = ports.clone();
+        ports.fill()?;
+        if ports != before {
+            fs::write(&path, serde_json::to_string_pretty(&ports)?)?;
         }
-        let ports = Ports::choose()?;
-        fs::write(&path, serde_json::to_string_pretty(&ports)?)?;
         Ok(ports)
     }
 
@@ -160,6 +180,12 @@ impl Harness {
     pub async fn up(&self) -> anyhow::Result<()> {
         let started = Instant::now();
         fs::create_dir_all(&self.state)?;
+        // nextest runs each test in its own process, and several may bring
+        // the shared harness up at once: one `up` at a time per state dir.
+        let lock = fs::File::create(self.state.join("up.lock"))?;
+        let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .context("locking the harness state dir")?;
         let ports = self.ports()?;
         let bin = tools::bin_dir()?;
         let need = |name: &str| -> anyhow::Result<PathBuf> {
@@ -186,6 +212,9 @@ impl Harness {
             let reg = self.registry(&ports, need("registry")?)?;
             service::start(&self.state, &reg)?;
             waits.push(reg);
+            let referrers = self.referrers_registry(&ports)?;
+            service::start(&self.state, &referrers)?;
+            waits.push(referrers);
         }
         if self.parts.git {
             for spec in gitserve::prepare(self, &ports)? {
@@ -249,7 +278,10 @@ impl Harness {
             .args([
                 "--name=harness".to_string(),
                 format!("--data-dir={}", self.state.join("etcd").display()),
-                format!("--listen-client-urls=http://127.0.0.1:{}", ports.etcd_client),
+                format!(
+                    "--listen-client-urls=http://127.0.0.1:{}",
+                    ports.etcd_client
+                ),
                 format!(
                     "--advertise-client-urls=http://127.0.0.1:{}",
                     ports.etcd_client
@@ -259,7 +291,10 @@ impl Harness {
                     "--initial-advertise-peer-urls=http://127.0.0.1:{}",
                     ports.etcd_peer
                 ),
-                format!("--initial-cluster=harness=http://127.0.0.1:{}", ports.etcd_peer),
+                format!(
+                    "--initial-cluster=harness=http://127.0.0.1:{}",
+                    ports.etcd_peer
+                ),
                 "--unsafe-no-fsync=true".to_string(),
                 "--quota-backend-bytes=4294967296".to_string(),
             ])
@@ -287,48 +322,56 @@ impl Harness {
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_string(),
                 format!("--service-account-key-file={}", p("sa.pub")),
                 format!("--service-account-signing-key-file={}", p("sa.key")),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local"
-                    .to_string(),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_string(),
                 "--api-audiences=https://kubernetes.default.svc.cluster.local".to_string(),
                 "--service-cluster-ip-range=10.0.0.0/24".to_string(),
                 "--authorization-mode=Node,RBAC".to_string(),
                 "--enable-admission-plugins=NodeRestriction".to_string(),
                 "--allow-privileged=true".to_string(),
                 "--endpoint-reconciler-type=none".to_string(),
-                format!("--cert-dir={}", self.state.join("apiserver-certs").display()),
+                format!(
+                    "--cert-dir={}",
+                    self.state.join("apiserver-certs").display()
+                ),
             ])
             .port(ports.apiserver);
         say("starting kube-apiserver");
         service::start(&self.state, &apiserver)?;
         self.wait_apiserver(Duration::from_secs(120)).await?;
 
-        let cm = ServiceSpec::new("kube-controller-manager", bin.join("kube-controller-manager"))
-            .args([
-                format!(
-                    "--kubeconfig={}",
-                    self.state.join("controller-manager.kubeconfig").display()
-                ),
-                format!(
-                    "--authentication-kubeconfig={}",
-                    self.state.join("controller-manager.kubeconfig").display()
-                ),
-                format!(
-                    "--authorization-kubeconfig={}",
-                    self.state.join("controller-manager.kubeconfig").display()
-                ),
-                format!("--secure-port={}", ports.controller_manager),
-                "--bind-address=127.0.0.1".to_string(),
-                "--leader-elect=false".to_string(),
-                "--use-service-account-credentials=true".to_string(),
-                format!("--service-account-private-key-file={}", p("sa.key")),
-                format!("--root-ca-file={}", p("ca.crt")),
-                format!("--cluster-signing-cert-file={}", p("ca.crt")),
-                format!("--cluster-signing-key-file={}", p("ca.key")),
-                format!("--cert-dir={}", self.state.join("controller-manager-certs").display()),
-                // Pods are garbage-collected once terminated beyond this count.
-                "--terminated-pod-gc-threshold=500".to_string(),
-            ])
-            .port(ports.controller_manager);
+        let cm = ServiceSpec::new(
+            "kube-controller-manager",
+            bin.join("kube-controller-manager"),
+        )
+        .args([
+            format!(
+                "--kubeconfig={}",
+                self.state.join("controller-manager.kubeconfig").display()
+            ),
+            format!(
+                "--authentication-kubeconfig={}",
+                self.state.join("controller-manager.kubeconfig").display()
+            ),
+            format!(
+                "--authorization-kubeconfig={}",
+                self.state.join("controller-manager.kubeconfig").display()
+            ),
+            format!("--secure-port={}", ports.controller_manager),
+            "--bind-address=127.0.0.1".to_string(),
+            "--leader-elect=false".to_string(),
+            "--use-service-account-credentials=true".to_string(),
+            format!("--service-account-private-key-file={}", p("sa.key")),
+            format!("--root-ca-file={}", p("ca.crt")),
+            format!("--cluster-signing-cert-file={}", p("ca.crt")),
+            format!("--cluster-signing-key-file={}", p("ca.key")),
+            format!(
+                "--cert-dir={}",
+                self.state.join("controller-manager-certs").display()
+            ),
+            // Pods are garbage-collected once terminated beyond this count.
+            "--terminated-pod-gc-threshold=500".to_string(),
+        ])
+        .port(ports.controller_manager);
         let scheduler = ServiceSpec::new("kube-scheduler", bin.join("kube-scheduler"))
             .args([
                 format!(
@@ -346,7 +389,10 @@ impl Harness {
                 format!("--secure-port={}", ports.scheduler),
                 "--bind-address=127.0.0.1".to_string(),
                 "--leader-elect=false".to_string(),
-                format!("--cert-dir={}", self.state.join("scheduler-certs").display()),
+                format!(
+                    "--cert-dir={}",
+                    self.state.join("scheduler-certs").display()
+                ),
             ])
             .port(ports.scheduler);
         self.write_images()?;
@@ -448,7 +494,11 @@ impl Harness {
         for name in ["ptah-operator", "ptah-runner", "kubectl-ptah"] {
             link("operator", name, self.target_dir.join(name))?;
         }
-        link("executor", "ptah-runner", self.target_dir.join("ptah-runner"))?;
+        link(
+            "executor",
+            "ptah-runner",
+            self.target_dir.join("ptah-runner"),
+        )?;
         link("executor", "ptah", bin.join("ptah"))?;
         fs::create_dir_all(images.join("base"))?;
         let map: BTreeMap<&str, PathBuf> = [
@@ -463,14 +513,14 @@ impl Harness {
     }
 
     fn postgres(&self, ports: &Ports) -> anyhow::Result<ServiceSpec> {
-        let data = self.state.join("postgres");
-        let sock = self.state.join("postgres-socket");
+        let data = self.db_root()?.join("postgres");
+        let sock = self.db_root()?.join("postgres-socket");
         let (uid, gid) = system_user("postgres")?;
         if !data.join("PG_VERSION").is_file() {
             say("initialising PostgreSQL");
             let password = self.password("postgres")?;
             fs::create_dir_all(&data)?;
-            let pwfile = self.state.join("postgres.pw");
+            let pwfile = self.db_root()?.join("postgres.pw");
             fs::write(&pwfile, &password)?;
             chown_r(&data, uid, gid)?;
             chown_r(&pwfile, uid, gid)?;
@@ -513,7 +563,7 @@ impl Harness {
     }
 
     fn mariadb(&self, ports: &Ports) -> anyhow::Result<ServiceSpec> {
-        let data = self.state.join("mariadb");
+        let data = self.db_root()?.join("mariadb");
         let (uid, gid) = system_user("mysql")?;
         if !data.join("mysql").is_dir() {
             say("initialising MariaDB");
@@ -546,7 +596,30 @@ impl Harness {
     }
 
     fn mariadb_socket(&self) -> PathBuf {
-        self.state.join("mariadb").join("mariadbd.sock")
+        self.db_root()
+            .unwrap_or_else(|_| self.state.clone())
+            .join("mariadb")
+            .join("mariadbd.sock")
+    }
+
+    /// Where the databases keep their data. They run as their own system
+    /// users, who must be able to reach it: when the state dir sits below a
+    /// directory others cannot enter (a checkout under /root, say), the data
+    /// goes to a directory under /tmp named from the state dir instead.
+    pub fn db_root(&self) -> anyhow::Result<PathBuf> {
+        let state = fs::canonicalize(&self.state).unwrap_or_else(|_| self.state.clone());
+        let reachable = state
+            .ancestors()
+            .all(|dir| fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0));
+        if reachable {
+            return Ok(state);
+        }
+        use sha2::Digest;
+        let key = hex::encode(sha2::Sha256::digest(state.as_os_str().as_encoded_bytes()));
+        let dir = PathBuf::from("/tmp").join(format!("ptah-harness-{}", &key[..12]));
+        fs::create_dir_all(&dir)?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))?;
+        Ok(dir)
     }
 
     /// A password kept in `secrets/<name>.password`, made once.
@@ -614,6 +687,27 @@ impl Harness {
             .port(ports.registry))
     }
 
+    /// The second registry, ours (`oci-registry`, which cargo builds beside
+    /// `ptah-harness`): it serves the OCI 1.1 referrers API natively, which
+    /// distribution v3 does not.
+    fn referrers_registry(&self, ports: &Ports) -> anyhow::Result<ServiceSpec> {
+        let program = self.target_dir.join("oci-registry");
+        if !program.is_file() {
+            bail!(
+                "{} is not built; run `cargo build -p conformance --bins` first",
+                program.display()
+            );
+        }
+        let root = self.state.join("referrers-registry");
+        fs::create_dir_all(&root)?;
+        Ok(ServiceSpec::new("referrers-registry", program)
+            .args([
+                format!("--listen=127.0.0.1:{}", ports.referrers_registry),
+                format!("--root={}", root.display()),
+            ])
+            .port(ports.referrers_registry))
+    }
+
     /// The variables a shell or a test needs. Secrets stay in files named here.
     pub fn env_vars(&self, ports: &Ports, bin: &Path) -> Vec<(String, String)> {
         let mut vars = vec![
@@ -634,6 +728,10 @@ impl Harness {
                 self.secret_file("mariadb.url").display().to_string(),
             ),
             ("PTAH_REGISTRY", format!("127.0.0.1:{}", ports.registry)),
+            (
+                "PTAH_REFERRERS_REGISTRY",
+                format!("127.0.0.1:{}", ports.referrers_registry),
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -647,6 +745,11 @@ impl Harness {
         for (k, v) in self.env_vars(ports, bin) {
             out.push_str(&format!("export {k}={}\n", shell_quote(&v)));
         }
+        // The pinned kubectl (and etcd, helm, cosign) first on PATH.
+        out.push_str(&format!(
+            "export PATH={}:\"$PATH\"\n",
+            shell_quote(&bin.display().to_string())
+        ));
         fs::write(self.env_file(), out)?;
         Ok(())
     }

@@ -193,7 +193,10 @@ pub fn wait_port(state: &Path, spec: &ServiceSpec, timeout: Duration) -> anyhow:
 /// Fails with the end of the service's log when its process is gone.
 pub fn ensure_alive(state: &Path, name: &str) -> anyhow::Result<()> {
     if running(state, name).is_none() {
-        bail!("{name} exited; end of its log:\n{}", log_tail(state, name, 30));
+        bail!(
+            "{name} exited; end of its log:\n{}",
+            log_tail(state, name, 30)
+        );
     }
     Ok(())
 }

@@ -58,6 +58,10 @@ async fn up_is_idempotent_and_down_stops_every_process_by_pid() {
         "postgres",
         "mariadb",
         "registry",
+        "referrers-registry",
+        "git-daemon",
+        "git-http",
+        "git-sshd",
     ] {
         assert!(
             first.iter().any(|(n, pid)| n == name && pid.is_some()),
@@ -70,11 +74,23 @@ async fn up_is_idempotent_and_down_stops_every_process_by_pid() {
 
     let stopped = harness.down().expect("down");
     let pids: Vec<i32> = first.iter().filter_map(|(_, pid)| *pid).collect();
-    assert_eq!(stopped.len(), pids.len(), "down stopped {stopped:?} of {first:?}");
+    assert_eq!(
+        stopped.len(),
+        pids.len(),
+        "down stopped {stopped:?} of {first:?}"
+    );
     for pid in pids {
-        assert_eq!(service::start_time(pid), None, "pid {pid} still runs after down");
+        assert_eq!(
+            service::start_time(pid),
+            None,
+            "pid {pid} still runs after down"
+        );
     }
-    assert!(harness.status().is_empty(), "pid files left: {:?}", harness.status());
+    assert!(
+        harness.status().is_empty(),
+        "pid files left: {:?}",
+        harness.status()
+    );
     let left = processes_naming(dir.path());
     assert!(left.is_empty(), "processes left after down: {left:?}");
 }

@@ -10,7 +10,15 @@ fn plugin_answers_help_with_every_stage_command() {
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).expect("utf-8 help");
     assert!(text.contains("kubectl ptah"), "{text}");
-    for cmd in ["plan", "approve", "wait", "refresh", "set-source", "schema", "migration"] {
+    for cmd in [
+        "plan",
+        "approve",
+        "wait",
+        "refresh",
+        "set-source",
+        "schema",
+        "migration",
+    ] {
         assert!(text.contains(cmd), "{cmd} missing from:\n{text}");
     }
 }

@@ -2,7 +2,10 @@
 use std::process::Command;
 
 fn help(exe: &str) -> String {
-    let out = Command::new(exe).arg("--help").output().expect("run --help");
+    let out = Command::new(exe)
+        .arg("--help")
+        .output()
+        .expect("run --help");
     assert!(out.status.success(), "{exe} --help failed: {out:?}");
     String::from_utf8(out.stdout).expect("utf-8 help")
 }

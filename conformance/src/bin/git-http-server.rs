@@ -35,6 +35,7 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
+        .with_ansi(false)
         .init();
     let args = Args::parse();
     if !args.project_root.is_dir() {

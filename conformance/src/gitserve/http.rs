@@ -89,7 +89,10 @@ async fn handle(req: Request<Incoming>, config: &Config, peer: SocketAddr) -> Re
             Ok(response) => response,
             Err(e) => {
                 tracing::error!(%peer, %method, %path, error = format!("{e:#}"), "http-backend failed");
-                text(StatusCode::BAD_GATEWAY, format!("git http-backend failed: {e:#}\n"))
+                text(
+                    StatusCode::BAD_GATEWAY,
+                    format!("git http-backend failed: {e:#}\n"),
+                )
             }
         },
     };
@@ -104,9 +107,7 @@ fn authorize(req: &Request<Incoming>, config: &Config) -> Result<String, &'stati
         .get(AUTHORIZATION)
         .ok_or("no Authorization header")?;
     let value = header.to_str().map_err(|_| "Authorization is not ASCII")?;
-    let (scheme, encoded) = value
-        .split_once(' ')
-        .ok_or("Authorization has no scheme")?;
+    let (scheme, encoded) = value.split_once(' ').ok_or("Authorization has no scheme")?;
     if !scheme.eq_ignore_ascii_case("basic") {
         return Err("Authorization is not Basic");
     }
@@ -163,7 +164,10 @@ async fn run_backend(
     let mut cmd = Command::new(&config.git);
     cmd.arg("http-backend")
         .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
+        .env(
+            "PATH",
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
+        )
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_PROJECT_ROOT", &config.project_root)
@@ -230,11 +234,17 @@ async fn run_backend(
     Ok(response)
 }
 
-async fn copy_body(mut body: Incoming, mut stdin: tokio::process::ChildStdin) -> anyhow::Result<()> {
+async fn copy_body(
+    mut body: Incoming,
+    mut stdin: tokio::process::ChildStdin,
+) -> anyhow::Result<()> {
     while let Some(frame) = body.frame().await {
         let frame = frame.context("reading the request body")?;
         if let Ok(data) = frame.into_data() {
-            stdin.write_all(&data).await.context("writing to http-backend")?;
+            stdin
+                .write_all(&data)
+                .await
+                .context("writing to http-backend")?;
         }
     }
     stdin.shutdown().await?;

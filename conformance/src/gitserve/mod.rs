@@ -86,7 +86,10 @@ pub fn prepare(harness: &Harness, ports: &Ports) -> anyhow::Result<Vec<ServiceSp
     let sshd = ssh::prepare(&paths, ports.git_ssh)?;
 
     // Server-side git must not read the invoking user's config.
-    let isolated = [("GIT_CONFIG_NOSYSTEM", "1"), ("GIT_CONFIG_GLOBAL", "/dev/null")];
+    let isolated = [
+        ("GIT_CONFIG_NOSYSTEM", "1"),
+        ("GIT_CONFIG_GLOBAL", "/dev/null"),
+    ];
     let root = paths.root.display().to_string();
     let mut daemon = ServiceSpec::new("git-daemon", "git")
         .args([
@@ -183,10 +186,7 @@ impl Endpoints {
             self.ssh_key.display().to_string(),
             self.known_hosts.display().to_string(),
         ];
-        VARS.iter()
-            .map(|k| k.to_string())
-            .zip(values)
-            .collect()
+        VARS.iter().map(|k| k.to_string()).zip(values).collect()
     }
 
     /// Reads the endpoints back from variables (the env file's, say).
@@ -246,9 +246,15 @@ pub fn parse_env_file(text: &str) -> anyhow::Result<BTreeMap<String, String>> {
         let (key, quoted) = rest
             .split_once('=')
             .with_context(|| format!("env file line {}: no `=`", n + 1))?;
-        vars.insert(key.to_string(), unquote(quoted).with_context(|| {
-            format!("env file line {}: {key} is not a single-quoted value", n + 1)
-        })?);
+        vars.insert(
+            key.to_string(),
+            unquote(quoted).with_context(|| {
+                format!(
+                    "env file line {}: {key} is not a single-quoted value",
+                    n + 1
+                )
+            })?,
+        );
     }
     Ok(vars)
 }

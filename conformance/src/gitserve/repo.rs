@@ -14,7 +14,12 @@ use anyhow::{Context, bail};
 /// that never prompts, and with a fixed author and committer.
 pub fn git() -> Command {
     let mut cmd = Command::new("git");
-    for var in ["GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_SSH_COMMAND"] {
+    for var in [
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_SSH_COMMAND",
+    ] {
         cmd.env_remove(var);
     }
     cmd.env("GIT_CONFIG_NOSYSTEM", "1")
@@ -40,14 +45,21 @@ fn run_with_input(cmd: &mut Command, input: Option<&[u8]>) -> anyhow::Result<Str
     })
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    let mut child = cmd.spawn().with_context(|| format!("running {cmd:?}"))?;
+    // Program and arguments only: Command's Debug also shows its env, which
+    // may carry a credential.
+    let shown = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut child = cmd.spawn().with_context(|| format!("running {shown}"))?;
     if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
         stdin.write_all(bytes)?;
     }
     let out = child.wait_with_output()?;
     if !out.status.success() {
         bail!(
-            "{cmd:?} failed ({}): {}",
+            "{shown} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         );
@@ -64,7 +76,11 @@ pub fn create_repo(
     name: &str,
     allow_reachable_sha1_in_want: bool,
 ) -> anyhow::Result<PathBuf> {
-    if name.is_empty() || name.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+    if name.is_empty()
+        || name
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+    {
         bail!("repository name {name:?} must be a relative path without `.` or `..`");
     }
     let path = root.join(format!("{name}.git"));
@@ -86,7 +102,10 @@ pub fn create_repo(
 
 /// Sets one config value of a repository.
 pub fn config(repo: &Path, key: &str, value: &str) -> anyhow::Result<()> {
-    run(git().arg("--git-dir").arg(repo).args(["config", key, value]))?;
+    run(git()
+        .arg("--git-dir")
+        .arg(repo)
+        .args(["config", key, value]))?;
     Ok(())
 }
 
@@ -142,7 +161,8 @@ fn commit_with_index(
         Some(p) => run(g().args(["read-tree", p]))?,
         None => run(g().args(["read-tree", "--empty"]))?,
     };
-    let blob = |bytes: &[u8]| run_with_input(g().args(["hash-object", "-w", "--stdin"]), Some(bytes));
+    let blob =
+        |bytes: &[u8]| run_with_input(g().args(["hash-object", "-w", "--stdin"]), Some(bytes));
     for change in changes {
         let (mode, id, path) = match *change {
             Change::Write(path, bytes) => ("100644", blob(bytes)?, path),
@@ -226,8 +246,13 @@ mod tests {
     fn commits_build_on_each_other_and_hold_exactly_their_changes() {
         let dir = tempfile::tempdir().unwrap();
         let repo = create_repo(dir.path(), "demo", true).unwrap();
-        let first = commit_files(&repo, "main", &[("db/schema.sql", "create table a();")], "one")
-            .unwrap();
+        let first = commit_files(
+            &repo,
+            "main",
+            &[("db/schema.sql", "create table a();")],
+            "one",
+        )
+        .unwrap();
         let second = commit(
             &repo,
             "main",
@@ -241,10 +266,12 @@ mod tests {
         .unwrap();
         assert_eq!(rev_parse(&repo, "main").unwrap(), second);
         assert_eq!(rev_parse(&repo, "main~1").unwrap(), first);
-        let tree = run(git()
-            .arg("--git-dir")
-            .arg(&repo)
-            .args(["ls-tree", "-r", "--format=%(objectmode) %(path)", "main"]))
+        let tree = run(git().arg("--git-dir").arg(&repo).args([
+            "ls-tree",
+            "-r",
+            "--format=%(objectmode) %(path)",
+            "main",
+        ]))
         .unwrap();
         assert_eq!(
             tree,
@@ -252,7 +279,11 @@ mod tests {
         );
         tag(&repo, "v1", &first, Some("release")).unwrap();
         assert_eq!(rev_parse(&repo, "v1^{commit}").unwrap(), first);
-        assert_ne!(rev_parse(&repo, "v1").unwrap(), first, "annotated tag object");
+        assert_ne!(
+            rev_parse(&repo, "v1").unwrap(),
+            first,
+            "annotated tag object"
+        );
         assert!(create_repo(dir.path(), "../escape", true).is_err());
     }
 }
