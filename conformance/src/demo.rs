@@ -120,13 +120,8 @@ pub async fn run(harness: &Harness) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let selector = format!("job-name={name}");
     for pod in pods.list(&ListParams::default().labels(&selector)).await? {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
-        let log = harness
-            .kubelet_dir()
-            .join("pods")
-            .join(format!("{NAMESPACE}_{pod_name}_{uid}"))
-            .join("runner.log");
+        let log = crate::kubelet::log_path(&harness.kubelet_dir(), &pod, "runner");
         println!("  pod/{pod_name} log ({}):", log.display());
         for line in std::fs::read_to_string(&log).unwrap_or_default().lines() {
             println!("    {line}");

@@ -76,6 +76,18 @@ impl ServiceSpec {
 pub struct Recorded {
     pub pid: i32,
     pub start_time: u64,
+    /// The program file's modification time (ns) when it was started: a
+    /// rebuilt binary (the process kubelet, say) is restarted by `up`.
+    pub program_mtime: u128,
+}
+
+/// A program file's modification time in nanoseconds (0 when unknown).
+fn program_mtime(program: &Path) -> u128 {
+    fs::metadata(program)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos())
 }
 
 /// The kernel's start time of a process (field 22 of /proc/<pid>/stat), or
@@ -105,10 +117,11 @@ fn pid_path(state: &Path, name: &str) -> PathBuf {
 /// The recorded process of a service, if its pid file names one that still runs.
 pub fn running(state: &Path, name: &str) -> Option<Recorded> {
     let text = fs::read_to_string(pid_path(state, name)).ok()?;
-    let (pid, start) = text.trim().split_once(' ')?;
+    let mut fields = text.split_whitespace();
     let rec = Recorded {
-        pid: pid.parse().ok()?,
-        start_time: start.parse().ok()?,
+        pid: fields.next()?.parse().ok()?,
+        start_time: fields.next()?.parse().ok()?,
+        program_mtime: fields.next().and_then(|f| f.parse().ok()).unwrap_or(0),
     };
     (start_time(rec.pid) == Some(rec.start_time)).then_some(rec)
 }
@@ -128,10 +141,31 @@ pub fn recorded(state: &Path) -> Vec<(String, Option<Recorded>)> {
     out
 }
 
-/// Starts a service unless its recorded process still runs. Returns its pid.
-pub fn start(state: &Path, spec: &ServiceSpec) -> anyhow::Result<Recorded> {
+/// Whether `start` found the service running or started it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Started {
+    AlreadyRunning(Recorded),
+    Now(Recorded),
+}
+
+impl Started {
+    pub fn recorded(self) -> Recorded {
+        match self {
+            Started::AlreadyRunning(rec) | Started::Now(rec) => rec,
+        }
+    }
+}
+
+/// Starts a service unless its recorded process still runs from the same
+/// program file; one whose program was rebuilt since is stopped and started
+/// again.
+pub fn start(state: &Path, spec: &ServiceSpec) -> anyhow::Result<Started> {
+    let mtime = program_mtime(&spec.program);
     if let Some(rec) = running(state, &spec.name) {
-        return Ok(rec);
+        if rec.program_mtime == mtime {
+            return Ok(Started::AlreadyRunning(rec));
+        }
+        stop(state, &spec.name, Duration::from_secs(15))?;
     }
     fs::create_dir_all(run_dir(state))?;
     fs::create_dir_all(state.join("logs"))?;
@@ -162,9 +196,16 @@ pub fn start(state: &Path, spec: &ServiceSpec) -> anyhow::Result<Recorded> {
     std::mem::forget(child);
     let start_time =
         start_time(pid).with_context(|| format!("{} exited at once; see its log", spec.name))?;
-    let rec = Recorded { pid, start_time };
-    fs::write(pid_path(state, &spec.name), format!("{pid} {start_time}\n"))?;
-    Ok(rec)
+    let rec = Recorded {
+        pid,
+        start_time,
+        program_mtime: mtime,
+    };
+    fs::write(
+        pid_path(state, &spec.name),
+        format!("{pid} {start_time} {mtime}\n"),
+    )?;
+    Ok(Started::Now(rec))
 }
 
 /// Waits until the service's port accepts a connection, failing early with
@@ -248,13 +289,41 @@ mod tests {
     fn a_started_service_is_recorded_and_stopped_by_pid() {
         let dir = tempfile::tempdir().unwrap();
         let spec = ServiceSpec::new("sleeper", "/bin/sleep").args(["300"]);
-        let rec = start(dir.path(), &spec).unwrap();
+        let Started::Now(rec) = start(dir.path(), &spec).unwrap() else {
+            panic!("not started anew");
+        };
         assert_eq!(running(dir.path(), "sleeper"), Some(rec));
         // Idempotent: a second start finds the first.
-        assert_eq!(start(dir.path(), &spec).unwrap(), rec);
+        assert_eq!(
+            start(dir.path(), &spec).unwrap(),
+            Started::AlreadyRunning(rec)
+        );
         let stopped = stop(dir.path(), "sleeper", Duration::from_secs(5)).unwrap();
         assert_eq!(stopped, Some(rec.pid));
         assert_eq!(start_time(rec.pid), None);
         assert!(running(dir.path(), "sleeper").is_none());
+    }
+
+    #[test]
+    fn a_service_whose_program_was_rebuilt_is_restarted() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("sleep");
+        fs::copy("/bin/sleep", &program).unwrap();
+        let spec = ServiceSpec::new("sleeper", &program).args(["300"]);
+        let first = start(dir.path(), &spec).unwrap().recorded();
+        // A rebuild: the file is replaced, its modification time moves.
+        let later = std::time::SystemTime::now() + Duration::from_secs(5);
+        fs::File::options()
+            .write(true)
+            .open(&program)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        let Started::Now(second) = start(dir.path(), &spec).unwrap() else {
+            panic!("the rebuilt program was not restarted");
+        };
+        assert_ne!(first.pid, second.pid);
+        assert_eq!(start_time(first.pid), None, "the old process still runs");
+        stop(dir.path(), "sleeper", Duration::from_secs(5)).unwrap();
     }
 }

@@ -118,11 +118,13 @@ impl ContainerRun {
     }
 }
 
+/// The kubelet's crash-loop back-off: the first restart is immediate, the
+/// next waits 10 s, then 20 s, 40 s, ... up to 5 min.
 fn backoff(restart_count: i32, restarted_before: bool) -> Duration {
     if !restarted_before {
         return Duration::ZERO;
     }
-    let exp = restart_count.clamp(0, 5) as u32;
+    let exp = (restart_count - 1).clamp(0, 5) as u32;
     Duration::from_secs((10u64 << exp).min(300))
 }
 
@@ -554,8 +556,11 @@ mod tests {
             panic!("waiting expected")
         };
         assert_eq!(reason.as_deref(), Some("CrashLoopBackOff"));
-        assert_eq!(decide(&p, &obs, t(3)), []);
-        assert_eq!(decide(&p, &obs, t(22)), [Effect::Start(Which::Main(0))]);
+        assert_eq!(decide(&p, &obs, t(11)), []);
+        assert_eq!(decide(&p, &obs, t(12)), [Effect::Start(Which::Main(0))]);
+        obs.containers[0].started(t(12), "c".into());
+        obs.containers[0].exited(exit(1, 13), true, t(13), "a");
+        assert_eq!(obs.containers[0].not_before, Some(t(33)));
     }
 
     #[test]

@@ -237,6 +237,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         warn!("some pod workers did not stop within 10 s");
     }
     heartbeat.abort();
+    // Empty once every pod's memory volumes are gone.
+    let _ = std::fs::remove_dir(&memory_root);
     info!("stopped");
     Ok(())
 }

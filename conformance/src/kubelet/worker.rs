@@ -183,7 +183,7 @@ pub async fn run(
             Duration::from_secs(1)
         };
         tokio::select! {
-            changed = feed.changed() => {
+            changed = feed.changed(), if !shutting_down => {
                 match changed {
                     Ok(()) => {
                         let f = feed.borrow_and_update().clone();
@@ -198,7 +198,7 @@ pub async fn run(
                 }
             }
             Some(exit) = exits_rx.recv() => w.on_exit(exit),
-            _ = shutdown.changed() => shutting_down = true,
+            _ = shutdown.changed(), if !shutting_down => shutting_down = true,
             _ = tokio::time::sleep(tick) => {}
         }
         // Drain every exit already reported before deciding again.
