@@ -421,8 +421,11 @@ impl Harness {
         }
         // etcd keeps the last Ready condition across a restart: a kubelet
         // started now must also have renewed its node Lease since.
-        self.wait_node_ready(kubelet_fresh.then_some(kubelet_since), Duration::from_secs(60))
-            .await?;
+        self.wait_node_ready(
+            kubelet_fresh.then_some(kubelet_since),
+            Duration::from_secs(60),
+        )
+        .await?;
         Ok(())
     }
 

@@ -313,9 +313,8 @@ mod tests {
         let first = start(dir.path(), &spec).unwrap().recorded();
         // A rebuild: the file is replaced, its modification time moves.
         let later = std::time::SystemTime::now() + Duration::from_secs(5);
-        fs::File::options()
-            .write(true)
-            .open(&program)
+        // Read-only: a running executable cannot be opened for writing.
+        fs::File::open(&program)
             .unwrap()
             .set_modified(later)
             .unwrap();

@@ -22,9 +22,12 @@ with_progress() {
   local log=$root/logs/$name.log start=$SECONDS
   ( "$@" ) >"$log" 2>&1 &
   local pid=$!
+  local ticks=0
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 15
-    kill -0 "$pid" 2>/dev/null && say "$name: building ($((SECONDS - start))s, $(wc -l <"$log") log lines)"
+    sleep 1; ticks=$((ticks + 1))
+    if [ $((ticks % 15)) = 0 ] && kill -0 "$pid" 2>/dev/null; then
+      say "$name: building ($((SECONDS - start))s, $(wc -l <"$log") log lines)"
+    fi
   done
   if ! wait "$pid"; then say "$name: FAILED after $((SECONDS - start))s; last lines of $log:"; tail -25 "$log" >&2; return 1; fi
   say "$name: done in $((SECONDS - start))s"
@@ -91,8 +94,15 @@ build_simple() { # name module-path package version
 
 build_ptah() {
   [ -x "$bin/ptah" ] && return 0
-  # The executor. Recorded, not fatal: docs/executor.md explains the refusal.
+  # The executor. A refusal is recorded, not fatal (docs/executor.md), and
+  # asked again once a day rather than on every run.
+  local refused=$root/logs/ptah.refused
+  if [ -n "$(find "$refused" -mmin -1440 2>/dev/null)" ]; then
+    say "ptah: refused by the module proxy at $(cat "$refused"); not asking again today (see docs/executor.md)"
+    return 0
+  fi
   if ! build_simple ptah "$PTAH_MODULE" "$PTAH_MODULE/cmd/ptah" "$PTAH_VERSION"; then
+    date -u +%Y-%m-%dT%H:%M:%SZ >"$refused"
     say "ptah: not available from the module proxy (see docs/executor.md)"
     return 0
   fi
