@@ -25,15 +25,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        // Plain text in the harness's log file, colours on a terminal.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    conformance::init_logging();
     let args = Args::parse();
     conformance::kubelet::run(conformance::kubelet::Config {
         kubeconfig: args.kubeconfig,

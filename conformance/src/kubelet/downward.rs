@@ -18,6 +18,20 @@ pub struct NodeFacts {
     pub ephemeral_storage: Nanos,
 }
 
+#[cfg(test)]
+impl NodeFacts {
+    /// The node the unit tests describe: 2 CPUs, 8 GiB memory, 100 GiB storage.
+    pub(crate) fn for_tests() -> Self {
+        NodeFacts {
+            node_name: "ptah-node".into(),
+            host_ip: "127.0.0.1".into(),
+            cpu: Nanos::units(2),
+            memory: Nanos::units(8 << 30),
+            ephemeral_storage: Nanos::units(100 << 30),
+        }
+    }
+}
+
 /// `metadata.labels['k']` → `("labels", "k")`.
 fn subscript<'a>(path: &'a str, field: &str) -> Option<&'a str> {
     let rest = path.strip_prefix(field)?.strip_prefix("['")?;
@@ -162,13 +176,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn facts() -> NodeFacts {
-        NodeFacts {
-            node_name: "ptah-node".into(),
-            host_ip: "127.0.0.1".into(),
-            cpu: Nanos::units(2),
-            memory: Nanos::units(8 << 30),
-            ephemeral_storage: Nanos::units(100 << 30),
-        }
+        NodeFacts::for_tests()
     }
 
     fn pod() -> Pod {

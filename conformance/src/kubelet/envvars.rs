@@ -270,14 +270,7 @@ mod tests {
     use k8s_openapi::ByteString;
 
     fn facts() -> NodeFacts {
-        use super::super::quantity::Nanos;
-        NodeFacts {
-            node_name: "ptah-node".into(),
-            host_ip: "127.0.0.1".into(),
-            cpu: Nanos::units(2),
-            memory: Nanos::units(1 << 30),
-            ephemeral_storage: Nanos::units(1 << 30),
-        }
+        NodeFacts::for_tests()
     }
 
     fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {

@@ -476,18 +476,11 @@ pub fn sub_path(volume_dir: &Path, sub: &str) -> Result<PathBuf, String> {
 mod tests {
     use super::*;
     use crate::kubelet::envvars::Lookup;
-    use crate::kubelet::quantity::Nanos;
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
     fn facts() -> NodeFacts {
-        NodeFacts {
-            node_name: "ptah-node".into(),
-            host_ip: "127.0.0.1".into(),
-            cpu: Nanos::units(2),
-            memory: Nanos::units(1 << 30),
-            ephemeral_storage: Nanos::units(1 << 30),
-        }
+        NodeFacts::for_tests()
     }
 
     fn pod() -> Pod {
