@@ -1,0 +1,247 @@
+//! Stage 3, the decision: a person approves one exact plan, or acknowledges one
+//! exact unresolved run. Admission stamps who and when; the spec is immutable.
+
+#![allow(
+    clippy::duplicated_attributes,
+    reason = "each printcolumn(...) of the kube derive repeats type_ = \"string\" by design"
+)]
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{Identity, ObjectRef, pattern};
+use super::condition::{AcknowledgmentConditionType, ApprovalConditionType, Condition};
+
+/// A person's approval of one exact schema plan.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "operator.ptah.run",
+    version = "v1alpha1",
+    kind = "PtahSchemaApproval",
+    plural = "ptahschemaapprovals",
+    namespaced,
+    status = "ApprovalStatus",
+    derive = "PartialEq",
+    shortname = "ptahapprove",
+    category = "ptah",
+    doc = "PtahSchemaApproval approves one exact PtahSchemaPlan, named by UID and fingerprint, for one PtahSchema, named by UID. Admission stamps the approver and the time; an approval of a plan that was replaced authorizes nothing.",
+    printcolumn(name = "Schema", type_ = "string", json_path = ".spec.schemaRef.name"),
+    printcolumn(name = "Plan", type_ = "string", json_path = ".spec.planRef.name"),
+    printcolumn(
+        name = "Approver",
+        type_ = "string",
+        json_path = ".spec.approver.username"
+    ),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(
+        name = "Stale",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Stale\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new("self == oldSelf")
+    .message("spec of a PtahSchemaApproval is immutable: approve a new plan with a new approval"))]
+#[serde(rename_all = "camelCase")]
+pub struct PtahSchemaApprovalSpec {
+    /// The PtahSchema, by name and UID.
+    pub schema_ref: ObjectRef,
+    /// The PtahSchemaPlan approved, by name and UID.
+    pub plan_ref: ObjectRef,
+    /// The plan's `spec.fingerprint`: every binding the plan carries.
+    #[schemars(regex(pattern = pattern::SHA256_DIGEST))]
+    pub plan_fingerprint: String,
+    /// Who approved: stamped by admission from the authenticated request; a
+    /// client's value is overwritten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver: Option<Identity>,
+    /// When: stamped by admission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_at: Option<Time>,
+    /// UID of the admission request that stamped the approval.
+    #[serde(
+        rename = "mutationRequestUID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 128))]
+    pub mutation_request_uid: Option<String>,
+}
+
+/// A person's approval of one exact migration sequence against one history.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "operator.ptah.run",
+    version = "v1alpha1",
+    kind = "PtahMigrationApproval",
+    plural = "ptahmigrationapprovals",
+    namespaced,
+    status = "ApprovalStatus",
+    derive = "PartialEq",
+    shortname = "ptahmapprove",
+    category = "ptah",
+    doc = "PtahMigrationApproval approves one exact PtahMigrationPlan, named by UID and fingerprint (which binds the history it continues), for one PtahMigration. Admission stamps the approver and the time; one run spends it.",
+    printcolumn(
+        name = "Migration",
+        type_ = "string",
+        json_path = ".spec.migrationRef.name"
+    ),
+    printcolumn(name = "Plan", type_ = "string", json_path = ".spec.planRef.name"),
+    printcolumn(
+        name = "Approver",
+        type_ = "string",
+        json_path = ".spec.approver.username"
+    ),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(
+        name = "Stale",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Stale\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new("self == oldSelf")
+    .message("spec of a PtahMigrationApproval is immutable: approve a new plan with a new approval"))]
+#[serde(rename_all = "camelCase")]
+pub struct PtahMigrationApprovalSpec {
+    /// The PtahMigration, by name and UID.
+    pub migration_ref: ObjectRef,
+    /// The PtahMigrationPlan approved, by name and UID.
+    pub plan_ref: ObjectRef,
+    /// The plan's `spec.fingerprint`: the sequence, the history it continues
+    /// and every other binding.
+    #[schemars(regex(pattern = pattern::SHA256_DIGEST))]
+    pub plan_fingerprint: String,
+    /// Who approved: stamped by admission from the authenticated request; a
+    /// client's value is overwritten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver: Option<Identity>,
+    /// When: stamped by admission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_at: Option<Time>,
+    /// UID of the admission request that stamped the approval.
+    #[serde(
+        rename = "mutationRequestUID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 128))]
+    pub mutation_request_uid: Option<String>,
+}
+
+/// What became of an approval.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Accepted`, `Consumed` and `Stale`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition<ApprovalConditionType>>,
+}
+
+/// A person's statement that they established what an unresolved run did.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "operator.ptah.run",
+    version = "v1alpha1",
+    kind = "PtahMigrationRunAcknowledgment",
+    plural = "ptahmigrationrunacknowledgments",
+    namespaced,
+    status = "AcknowledgmentStatus",
+    derive = "PartialEq",
+    shortname = "ptahmack",
+    category = "ptah",
+    doc = "PtahMigrationRunAcknowledgment settles a PtahMigration's unresolved run (status.unresolvedRun), named by its operationID, after a person established what the run did. Admission stamps who and when; the migration then reads its history again and plans what is still pending.",
+    printcolumn(
+        name = "Migration",
+        type_ = "string",
+        json_path = ".spec.migrationRef.name"
+    ),
+    printcolumn(
+        name = "Acknowledged By",
+        type_ = "string",
+        json_path = ".spec.acknowledgedBy.username"
+    ),
+    printcolumn(
+        name = "Consumed",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Consumed\")].status"
+    ),
+    printcolumn(
+        name = "Stale",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Stale\")].status"
+    ),
+    printcolumn(
+        name = "Operation",
+        type_ = "string",
+        json_path = ".spec.operationID",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new("self == oldSelf")
+    .message("spec of a PtahMigrationRunAcknowledgment is immutable"))]
+#[serde(rename_all = "camelCase")]
+pub struct PtahMigrationRunAcknowledgmentSpec {
+    /// The PtahMigration, by name and UID.
+    pub migration_ref: ObjectRef,
+    /// The run acknowledged: its `status.unresolvedRun.operationID`.
+    #[serde(rename = "operationID")]
+    #[schemars(regex(pattern = pattern::SHA256_DIGEST))]
+    pub operation_id: String,
+    /// Who acknowledged: stamped by admission from the authenticated request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acknowledged_by: Option<Identity>,
+    /// When: stamped by admission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acknowledged_at: Option<Time>,
+    /// UID of the admission request that stamped it.
+    #[serde(
+        rename = "mutationRequestUID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 128))]
+    pub mutation_request_uid: Option<String>,
+}
+
+/// What became of an acknowledgment.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AcknowledgmentStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Consumed` or `Stale`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition<AcknowledgmentConditionType>>,
+}
