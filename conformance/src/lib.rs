@@ -6,6 +6,7 @@
 //! it; nothing in the product knows it runs here.
 
 pub mod certs;
+pub mod crds;
 pub mod demo;
 pub mod env;
 pub mod gitserve;

@@ -7,6 +7,8 @@
 //! lifecycles and execution arrive with the issues that follow.
 
 pub mod api;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 /// The version every binary of the operator reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -3,6 +3,17 @@
 //! policies — and the content digests that plan contract v2 binds into every
 //! plan. The manager uses it for ConfigMap snapshots; `ptah-runner` uses it in
 //! Resolve, Verify and the source init containers.
+//!
+//! It knows nothing of Kubernetes: the operator maps its API types onto the
+//! plain inputs here, so every step is testable against real servers alone.
+
+pub mod contract;
+pub mod git;
+pub mod manifest;
+pub mod oci;
+pub mod snapshot;
+pub mod source_policy;
+pub mod verification;
 
 use sha2::{Digest, Sha256};
 

@@ -39,7 +39,9 @@ pub mod pattern {
     /// The URL schemes a Git source may use.
     pub const GIT_URL: &str = r"^(https?|ssh|git|file)://\S+$";
     /// An OCI reference: `oci://<registry>/<repository>[:tag|@sha256:…]`.
-    pub const OCI_REF: &str = r"^oci://[^\s/?#]+/[^\s?#]+$";
+    /// A tag or a digest is required: an implicit `latest` would move under
+    /// the resource without the manifest saying so.
+    pub const OCI_REF: &str = r"^oci://[^\s/?#]+/[^\s?#@:]+(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[a-f0-9]{64})$";
     /// A SQLSTATE code.
     pub const SQLSTATE: &str = r"^[0-9A-Z]{5}$";
     /// A Go duration as CEL sees it (`ns`, `us`, `ms`, `s`, `m`, `h`).
@@ -70,10 +72,12 @@ pub fn duration_rule(field: &str, min: &str, max: &str) -> Rule {
 
 /// A CEL expression that is true when `lhs` (a duration string) is at most
 /// `secs` (an integer field, in seconds). Malformed durations pass here: their
-/// own rule reports them.
+/// own rule reports them. Both sides become instants after the epoch so that
+/// a fraction (`60.5s` against 60) counts, which `getSeconds()` would drop,
+/// without building a duration string (which costs too much for CEL).
 pub(crate) fn duration_at_most_seconds(lhs: &str, secs: &str) -> String {
     format!(
-        "!{lhs}.matches('{re}') || duration({lhs}).getSeconds() <= {secs}",
+        "!{lhs}.matches('{re}') || timestamp(0) + duration({lhs}) <= timestamp({secs})",
         re = pattern::GO_DURATION
     )
 }
