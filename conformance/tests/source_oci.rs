@@ -74,19 +74,27 @@ fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
 }
 
+/// How the artifact type is declared.
+#[derive(Clone, Copy, PartialEq)]
+enum Declared {
+    /// OCI 1.1 `artifactType`, empty config (`ptah ... push`, oras-go).
+    ArtifactType,
+    /// The config media type, no `artifactType` (older oras, flux push).
+    ConfigMediaType,
+}
+
 /// Pushes one file as a Ptah-shaped artifact (`ptah schema push` shape) of
 /// `artifact_type` under `tag`; returns the manifest digest.
 async fn push_artifact(
-    host: &str,
-    repository: &str,
-    tag: &str,
+    tagged: &str,
     artifact_type: &str,
     layer_type: &str,
     title: &str,
     content: &[u8],
+    declared: Declared,
 ) -> String {
     let client = client();
-    let reference: Reference = format!("{host}/{repository}:{tag}").parse().unwrap();
+    let reference: Reference = tagged.parse().unwrap();
     client
         .store_auth_if_needed(reference.resolve_registry(), &RegistryAuth::Anonymous)
         .await;
@@ -99,7 +107,7 @@ async fn push_artifact(
         .push_blob(&reference, content.to_vec(), &sha256(content))
         .await
         .expect("push the layer");
-    let manifest = serde_json::json!({
+    let mut manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "artifactType": artifact_type,
@@ -116,6 +124,12 @@ async fn push_artifact(
             "org.opencontainers.image.created": jiff::Timestamp::now().to_string(),
         },
     });
+    if declared == Declared::ConfigMediaType {
+        manifest.as_object_mut().unwrap().remove("artifactType");
+        manifest["config"] = serde_json::json!({
+            "mediaType": artifact_type, "digest": sha256(config), "size": 2,
+        });
+    }
     let bytes = serde_json::to_vec(&manifest).unwrap();
     client
         .push_manifest_raw(
@@ -130,13 +144,12 @@ async fn push_artifact(
 
 async fn push_schema(host: &str, repository: &str, tag: &str, schema: &[u8]) -> String {
     push_artifact(
-        host,
-        repository,
-        tag,
+        &format!("{host}/{repository}:{tag}"),
         SCHEMA_ARTIFACT_TYPE,
         SCHEMA_LAYER_TYPE,
         "schema.hcl",
         schema,
+        Declared::ArtifactType,
     )
     .await
 }
@@ -451,6 +464,29 @@ async fn a_wrong_artifact_type_is_refused() {
         refusal.rule,
         "requiredAnnotations[org.opencontainers.image.revision]"
     );
+    // An artifact typed by its config media type (older oras, flux push):
+    // a migration directory resolves as one, and never as a schema.
+    let repository = format!("ptah-conformance/{}", unique("config-typed"));
+    let migrations = push_artifact(
+        &format!("{}/{repository}:v1", reg.host),
+        MIGRATIONS_ARTIFACT_TYPE,
+        supplychain::oci::MIGRATION_FILE_LAYER_TYPE,
+        "0001_init.up.sql",
+        b"create table t (id bigint);\n",
+        Declared::ConfigMediaType,
+    )
+    .await;
+    let typed = source(&reg.host, &repository, "v1");
+    let resolution = typed.resolve(ArtifactKind::Migrations).await.unwrap();
+    assert_eq!(resolution.digest, migrations);
+    assert_eq!(resolution.layers[0].title, "0001_init.up.sql");
+    let err = typed
+        .resolve(ArtifactKind::Schema)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(MIGRATIONS_ARTIFACT_TYPE), "{err}");
+
     // No authorities: no signature required, and the evidence says so.
     let evidence = verified(&src, &digest, &open).await;
     assert!(evidence.signatures.is_empty());
@@ -658,6 +694,12 @@ fn sha256_bytes(bytes: &[u8]) -> Vec<u8> {
     sha2::Sha256::digest(bytes).to_vec()
 }
 
+/// Ten minutes ago to an hour from now.
+fn valid_now() -> std::ops::Range<std::time::SystemTime> {
+    let now = std::time::SystemTime::now();
+    (now - std::time::Duration::from_secs(600))..(now + std::time::Duration::from_secs(3600))
+}
+
 /// DER of a UTF8String.
 fn der_utf8(s: &str) -> Vec<u8> {
     let mut out = vec![0x0c];
@@ -680,6 +722,7 @@ fn keyless_signer(
     ca: &TestCa,
     subject: &str,
     issuer: &str,
+    validity: std::ops::Range<std::time::SystemTime>,
 ) -> (Key, PathBuf, PathBuf) {
     std::fs::create_dir_all(dir).unwrap();
     let leaf_key = rcgen::KeyPair::generate().unwrap();
@@ -701,9 +744,8 @@ fn keyless_signer(
             der_utf8(issuer),
         ),
     ];
-    let now = std::time::SystemTime::now();
-    params.not_before = (now - std::time::Duration::from_secs(600)).into();
-    params.not_after = (now + std::time::Duration::from_secs(3600)).into();
+    params.not_before = validity.start.into();
+    params.not_after = validity.end.into();
     let cert = params.signed_by(&leaf_key, &ca.root).unwrap();
     let cert_path = dir.join("leaf.pem");
     let chain_path = dir.join("chain.pem");
@@ -742,7 +784,14 @@ async fn keyless_signatures_under_a_test_trusted_root_match_exact_and_regex_iden
     let reg = registry().await;
     let work = tempfile::tempdir().unwrap();
     let ca = test_ca();
-    let (key, cert, chain) = keyless_signer(&reg, &work.path().join("ci"), &ca, SUBJECT, ISSUER);
+    let (key, cert, chain) = keyless_signer(
+        &reg,
+        &work.path().join("ci"),
+        &ca,
+        SUBJECT,
+        ISSUER,
+        valid_now(),
+    );
     let optional = "    transparencyLog: optional\n";
     for (host, format, formats) in [
         (&reg.host, Format::Legacy, "[legacy]"),
@@ -866,6 +915,7 @@ async fn keyless_signatures_under_a_test_trusted_root_match_exact_and_regex_iden
         &ca,
         "release@acme.example",
         "https://accounts.example",
+        valid_now(),
     );
     let repository = format!("ptah-conformance/{}", unique("keyless-mail"));
     let digest = push_schema(&reg.host, &repository, "v1", b"schema \"public\" {}\n").await;
@@ -983,6 +1033,37 @@ async fn credentials_never_appear_in_errors_or_debug_output() {
         let shown = format!("{err} {err:?}");
         assert!(!shown.contains(&password), "{shown}");
     }
+    // A verification refusal through a source holding credentials.
+    let work = tempfile::tempdir().unwrap();
+    let key = key_pair(&reg, &work.path().join("signer"));
+    let repository = format!("ptah-conformance/{}", unique("credentials"));
+    let digest = push_schema(&reg.host, &repository, "v1", b"schema \"public\" {}\n").await;
+    let with_password = OciSource::new(
+        format!("oci://{}/{repository}:v1", reg.host)
+            .parse()
+            .unwrap(),
+        Credentials::Basic {
+            username: "robot".into(),
+            password: password.clone(),
+        },
+        &Transport {
+            plain_http: true,
+            ca_pem: None,
+        },
+        Limits::default(),
+    )
+    .unwrap();
+    let refusal = verify(
+        &with_password,
+        &digest,
+        ArtifactKind::Schema,
+        &key_policy("release", &key, "[bundle, legacy]", ""),
+    )
+    .await
+    .unwrap_err();
+    let shown = format!("{refusal} {refusal:?} {with_password:?}");
+    assert!(!shown.contains(&password), "{shown}");
+
     // A reference with userinfo is refused without echoing it.
     let err = format!("oci://robot:{password}@{}/ptah/a:v1", reg.host)
         .parse::<OciReference>()
@@ -1024,7 +1105,13 @@ impl TestRekor {
 
     /// The legacy cosign Rekor bundle of a hashedrekord entry for
     /// `signature` (base64, as cosign writes it) over `payload`.
-    fn bundle(&self, payload: &[u8], signature_b64: &str, public_pem: &str) -> String {
+    fn bundle(
+        &self,
+        payload: &[u8],
+        signature_b64: &str,
+        public_pem: &str,
+        integrated_time: i64,
+    ) -> String {
         use rcgen::SigningKey;
         let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
         let body = serde_json::json!({
@@ -1039,12 +1126,18 @@ impl TestRekor {
         // 8785) of a document of strings and integers.
         let entry = serde_json::json!({
             "body": b64(body.to_string().as_bytes()),
-            "integratedTime": jiff::Timestamp::now().as_second(),
+            "integratedTime": integrated_time,
             "logIndex": 1,
             "logID": hex::encode(sha256_bytes(&self.spki())),
         });
         let set = self.key.sign(entry.to_string().as_bytes()).unwrap();
-        serde_json::json!({"SignedEntryTimestamp": b64(&set), "Payload": entry}).to_string()
+        // The form `cosign attach signature --rekor-response` reads (its
+        // LocalSignedPayload, as `sign-blob --bundle` wrote it in cosign v2).
+        serde_json::json!({
+            "base64Signature": signature_b64,
+            "rekorBundle": {"SignedEntryTimestamp": b64(&set), "Payload": entry},
+        })
+        .to_string()
     }
 }
 
@@ -1095,22 +1188,26 @@ fn attach(
     payload: &Path,
     signature: &str,
     rekor: &str,
+    certificate: Option<(&Path, &Path)>,
 ) {
     let sig_path = payload.with_extension("attach.sig");
     let rekor_path = payload.with_extension("rekor.json");
     std::fs::write(&sig_path, signature).unwrap();
     std::fs::write(&rekor_path, rekor).unwrap();
-    run_ok(
-        "cosign attach signature",
-        cosign(reg, work)
-            .args(["attach", "signature", "--allow-http-registry", "--payload"])
-            .arg(payload)
-            .arg("--signature")
-            .arg(&sig_path)
-            .arg("--rekor-response")
-            .arg(&rekor_path)
-            .arg(reference),
-    );
+    let mut cmd = cosign(reg, work);
+    cmd.args(["attach", "signature", "--allow-http-registry", "--payload"])
+        .arg(payload)
+        .arg("--signature")
+        .arg(&sig_path)
+        .arg("--rekor-response")
+        .arg(&rekor_path);
+    if let Some((cert, chain)) = certificate {
+        cmd.arg("--certificate")
+            .arg(cert)
+            .arg("--certificate-chain")
+            .arg(chain);
+    }
+    run_ok("cosign attach signature", cmd.arg(reference));
 }
 
 #[tokio::test]
@@ -1144,7 +1241,13 @@ async fn a_transparency_log_entry_is_verified_against_the_trusted_roots_rekor_ke
         &pinned,
         &payload_path,
         &signature,
-        &rekor.bundle(&payload, &signature, &key.public_pem),
+        &rekor.bundle(
+            &payload,
+            &signature,
+            &key.public_pem,
+            jiff::Timestamp::now().as_second(),
+        ),
+        None,
     );
     let src = source(&reg.host, &repository, "v1");
     let evidence = verified(&src, &digest, &policy(&trusted_root)).await;
@@ -1174,7 +1277,13 @@ async fn a_transparency_log_entry_is_verified_against_the_trusted_roots_rekor_ke
         &format!("{}/{repository}@{forged}", reg.host),
         &forged_path,
         &forged_signature,
-        &rekor.bundle(&payload, &signature, &key.public_pem),
+        &rekor.bundle(
+            &payload,
+            &signature,
+            &key.public_pem,
+            jiff::Timestamp::now().as_second(),
+        ),
+        None,
     );
     let src = source(&reg.host, &repository, "v1");
     let refusal = refused(&src, &forged, &policy(&trusted_root)).await;
@@ -1182,4 +1291,79 @@ async fn a_transparency_log_entry_is_verified_against_the_trusted_roots_rekor_ke
         refusal.reason.contains("about another signature"),
         "{refusal}"
     );
+}
+
+#[tokio::test]
+async fn a_logged_keyless_signature_is_checked_at_its_integrated_time() {
+    let reg = registry().await;
+    let work = tempfile::tempdir().unwrap();
+    let ca = test_ca();
+    let rekor = TestRekor::new();
+    let trusted_root = trusted_root_json(ca.root.der(), Some(&rekor.spki()));
+    // A certificate valid from two hours ago to one hour ago: expired now,
+    // as every Fulcio certificate is ten minutes after it was issued.
+    let now = std::time::SystemTime::now();
+    let hour = std::time::Duration::from_secs(3600);
+    let (key, cert, chain) = keyless_signer(
+        &reg,
+        &work.path().join("ci"),
+        &ca,
+        SUBJECT,
+        ISSUER,
+        (now - 2 * hour)..(now - hour),
+    );
+    let repository = format!("ptah-conformance/{}", unique("tlog-keyless"));
+    let digest = push_schema(&reg.host, &repository, "v1", b"schema \"public\" {}\n").await;
+    let payload = simple_signing_payload(&format!("{}/{repository}", reg.host), &digest);
+    let payload_path = work.path().join("payload.json");
+    std::fs::write(&payload_path, &payload).unwrap();
+    let signature = sign_blob(&reg, work.path(), &key, &payload_path);
+    // Logged 90 minutes ago, while the certificate was valid.
+    let logged_at = jiff::Timestamp::now().as_second() - 90 * 60;
+    let cert_pem = std::fs::read_to_string(&cert).unwrap();
+    attach(
+        &reg,
+        work.path(),
+        &format!("{}/{repository}@{digest}", reg.host),
+        &payload_path,
+        &signature,
+        &rekor.bundle(&payload, &signature, &cert_pem, logged_at),
+        Some((&cert, &chain)),
+    );
+    let src = source(&reg.host, &repository, "v1");
+    let identity = format!("{{issuer: '{ISSUER}', subject: '{SUBJECT}'}}");
+    let escaped = trusted_root.replace('\'', "''");
+
+    // The log is required (the keyless default): the chain is checked at
+    // the verified integrated time, and the signature is accepted.
+    let logged = keyless_policy_with_root(&escaped, &identity, "[legacy]", "");
+    let evidence = verified(&src, &digest, &logged).await;
+    assert!(evidence.signatures[0].transparency_log);
+    assert!(matches!(
+        &evidence.signatures[0].signer,
+        Signer::Identity { subject, .. } if subject == SUBJECT
+    ));
+
+    // Without the log there is no trusted signing time: checked now, the
+    // expired certificate is refused.
+    let unlogged = keyless_policy_with_root(
+        &escaped,
+        &identity,
+        "[legacy]",
+        "    transparencyLog: optional\n",
+    );
+    let refusal = refused(&src, &digest, &unlogged).await;
+    assert!(refusal.reason.contains("chain"), "{refusal}");
+}
+
+fn keyless_policy_with_root(
+    root: &str,
+    identity: &str,
+    formats: &str,
+    tlog: &str,
+) -> CompiledPolicy {
+    let doc = format!(
+        "apiVersion: {API_VERSION}\nkind: {KIND}\nsignatures:\n  formats: {formats}\nauthorities:\n  - name: ci\n    keyless:\n      identities:\n        - {identity}\n    trustedRoot: '{root}'\n{tlog}"
+    );
+    CompiledPolicy::parse(doc.as_bytes()).unwrap_or_else(|e| panic!("{e}\n{doc}"))
 }

@@ -7,6 +7,8 @@
 //! lifecycles and execution arrive with the issues that follow.
 
 pub mod api;
+pub mod execution;
+pub mod lifecycle;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -51,19 +51,29 @@
 //!   must match the whole value (it is anchored). sigstore-rs matches URI
 //!   subjects and issuers only exactly: regex identities are ours.
 //! * `transparencyLog: required`: the signature must carry a transparency-log
-//!   entry, and that entry is checked offline against the Rekor keys of
-//!   `trustedRoot` by sigstore-rs's cosign path (SET, and for bundles the
-//!   Merkle inclusion proof and checkpoint). A signature without one is
-//!   refused. With `optional` a keyless certificate is checked at the time
-//!   of verification (there is no trusted signing time), so a short-lived
-//!   Fulcio certificate needs `required`.
+//!   entry, verified offline against the Rekor keys of `trustedRoot` by
+//!   sigstore-rs's cosign path (the SET; for bundles also the Merkle
+//!   inclusion proof, the checkpoint and the entry's binding to the bundle).
+//!   For legacy `.sig` signatures sigstore-rs checks only the SET, so we also
+//!   check that the logged entry names this signature and the SHA-256 of its
+//!   payload. A keyless certificate is then checked at the entry's
+//!   integrated time. A signature without an entry is refused.
+//! * `transparencyLog: optional`: no entry is looked at, and a keyless
+//!   certificate is checked at the time of verification (there is no trusted
+//!   signing time), so a short-lived Fulcio certificate needs `required`.
 //! * Formats: `bundle` is a sigstore bundle (v0.3, DSSE over an in-toto
 //!   statement naming the digest) stored as an OCI 1.1 referrer, found
 //!   through the referrers API or its `sha256-<hex>` tag fallback; `legacy`
 //!   is cosign's simple-signing payload under the `sha256-<hex>.sig` tag.
+//!   Signatures are checked by our code (keys via sigstore-rs's
+//!   `CosignVerificationKey`, certificate chains via webpki), because
+//!   sigstore-rs 0.15 refuses bundles without a log entry or certificate.
 //!
 //! Known limits (sigstore-rs 0.15): no SCT check, no RFC 3161 timestamps,
-//! no Rekor v2 entries (they have no SET).
+//! no Rekor v2 entries (they have no SET); a keyed sigstore bundle (public
+//! key hint, no certificate) cannot have its log entry verified, so it is
+//! refused when the log is required. All certificates of `trustedRoot`'s
+//! certificate authorities are trust anchors.
 //!
 //! A refusal names the rule: `artifactTypes`, `requiredAnnotations[<name>]`,
 //! `authorities[<name>]` (with the reason of the signature that came
@@ -944,7 +954,12 @@ fn certificate_identity(cert: &x509_cert::Certificate) -> Result<(String, String
 
 /// The certificate chains, for code signing and at the present time, to a
 /// certificate authority of `root`.
-fn check_chain(root: &TrustRoot, leaf: &[u8], chain: &[Vec<u8>]) -> Result<(), String> {
+fn check_chain(
+    root: &TrustRoot,
+    leaf: &[u8],
+    chain: &[Vec<u8>],
+    signed_at: Option<i64>,
+) -> Result<(), String> {
     use rustls_pki_types::{CertificateDer, UnixTime};
     let anchors = root
         .fulcio_certs
@@ -960,6 +975,12 @@ fn check_chain(root: &TrustRoot, leaf: &[u8], chain: &[Vec<u8>]) -> Result<(), S
         .chain(root.fulcio_certs.iter())
         .map(|der| CertificateDer::from(der.as_slice()))
         .collect();
+    let time = match signed_at {
+        Some(seconds) => UnixTime::since_unix_epoch(std::time::Duration::from_secs(
+            u64::try_from(seconds).map_err(|_| "a negative integrated time".to_string())?,
+        )),
+        None => UnixTime::now(),
+    };
     let leaf = CertificateDer::from(leaf);
     let end_entity =
         webpki::EndEntityCert::try_from(&leaf).map_err(|e| format!("the certificate: {e}"))?;
@@ -968,7 +989,7 @@ fn check_chain(root: &TrustRoot, leaf: &[u8], chain: &[Vec<u8>]) -> Result<(), S
             webpki::ALL_VERIFICATION_ALGS,
             &anchors,
             &intermediates,
-            UnixTime::now(),
+            time,
             webpki::KeyUsage::required(EKU_CODE_SIGNING),
             None,
             None,
@@ -987,22 +1008,50 @@ async fn satisfy(
         return Err("the artifact has no signature".into());
     }
     let mut reasons = vec![];
+    // The log entries sigstore-rs verified, read once per authority.
+    let mut logged: Option<Result<Vec<(String, i64)>, String>> = None;
     for candidate in candidates {
-        match check_candidate(authority, candidate) {
-            Ok(signer) => {
-                if authority.tlog_required {
-                    if !candidate.has_tlog {
+        // With a required log, the log's integrated time is the signing
+        // time a certificate is checked at; otherwise the present.
+        let mut signed_at = None;
+        if authority.tlog_required {
+            if !candidate.has_tlog {
+                reasons.push(
+                    "transparencyLog is required and the signature has no transparency-log entry"
+                        .to_string(),
+                );
+                continue;
+            }
+            if let Some(rekor_bundle) = &candidate.rekor_bundle
+                && let Err(e) = check_legacy_entry_binding(rekor_bundle, candidate)
+            {
+                reasons.push(format!("transparency log: {e}"));
+                continue;
+            }
+            if logged.is_none() {
+                logged = Some(logged_signatures(source, digest, authority).await);
+            }
+            let wanted = base64::engine::general_purpose::STANDARD.encode(&candidate.signature);
+            match logged.as_ref() {
+                Some(Ok(entries)) => match entries.iter().find(|(sig, _)| *sig == wanted) {
+                    Some((_, time)) => signed_at = Some(*time),
+                    None => {
                         reasons.push(
-                            "transparencyLog is required and the signature has no transparency-log entry"
-                                .to_string(),
+                            "transparency log: no verified transparency-log entry for this signature"
+                                .into(),
                         );
                         continue;
                     }
-                    if let Err(e) = check_tlog(source, digest, authority, candidate).await {
-                        reasons.push(format!("transparency log: {e}"));
-                        continue;
-                    }
+                },
+                Some(Err(e)) => {
+                    reasons.push(format!("transparency log: {e}"));
+                    continue;
                 }
+                None => continue,
+            }
+        }
+        match check_candidate(authority, candidate, signed_at) {
+            Ok(signer) => {
                 return Ok(SignerEvidence {
                     authority: authority.name.clone(),
                     format: candidate.format,
@@ -1010,7 +1059,7 @@ async fn satisfy(
                     signature_manifest_digest: candidate.manifest_digest.clone(),
                     signature_digest: sha256_hex(&candidate.signature),
                     trust_root_digest: authority.trust_root.as_ref().map(|r| r.digest.clone()),
-                    transparency_log: authority.tlog_required,
+                    transparency_log: signed_at.is_some(),
                 });
             }
             Err(reason) => reasons.push(reason),
@@ -1033,7 +1082,11 @@ async fn satisfy(
         .unwrap_or_else(|| "no signature verifies".into()))
 }
 
-fn check_candidate(authority: &CompiledAuthority, candidate: &Candidate) -> Result<Signer, String> {
+fn check_candidate(
+    authority: &CompiledAuthority,
+    candidate: &Candidate,
+    signed_at: Option<i64>,
+) -> Result<Signer, String> {
     match &authority.kind {
         CompiledAuthorityKind::Key { key, der } => {
             key.verify_signature(Signature::Raw(&candidate.signature), &candidate.message)
@@ -1048,7 +1101,7 @@ fn check_candidate(authority: &CompiledAuthority, candidate: &Candidate) -> Resu
                 .as_ref()
                 .ok_or("the signature has no certificate (a keyed signature)")?;
             let root = authority.trust_root.as_ref().ok_or("no trusted root")?;
-            check_chain(root, leaf, &candidate.chain)?;
+            check_chain(root, leaf, &candidate.chain, signed_at)?;
             let cert = x509_cert::Certificate::from_der(leaf)
                 .map_err(|e| format!("the certificate does not parse: {e}"))?;
             let spki = cert.tbs_certificate().subject_public_key_info();
@@ -1076,32 +1129,27 @@ fn check_candidate(authority: &CompiledAuthority, candidate: &Candidate) -> Resu
     }
 }
 
-/// A signature's transparency-log entry, checked offline by sigstore-rs's
-/// cosign path against the Rekor keys of the authority's trusted root: a
-/// layer of this signature whose log evidence verified.
-async fn check_tlog(
+/// The signatures of `digest` whose transparency-log entries sigstore-rs's
+/// cosign path verified offline against the Rekor keys of the authority's
+/// trusted root (SET; for bundles also the Merkle inclusion proof, the
+/// checkpoint and the entry's binding to the bundle), with their integrated
+/// times: (base64 signature, integrated time).
+async fn logged_signatures(
     source: &OciSource,
     digest: &str,
     authority: &CompiledAuthority,
-    candidate: &Candidate,
-) -> Result<(), String> {
+) -> Result<Vec<(String, i64)>, String> {
     use sigstore::cosign::CosignCapabilities;
-    // sigstore-rs checks a legacy entry's SET, not that the entry is about
-    // this signature (it does for bundles): we check that here.
-    if let Some(rekor_bundle) = &candidate.rekor_bundle {
-        check_legacy_entry_binding(rekor_bundle, candidate)?;
-    }
     let root = authority.trust_root.as_ref().ok_or("no trusted root")?;
     let trust =
         sigstore::trust::sigstore::SigstoreTrustRoot::from_trusted_root_json_unchecked(&root.json)
             .map_err(|e| format!("the trusted root: {e}"))?;
     let reference = source.reference();
-    let plain_http = source.plain_http();
     let mut client = sigstore::cosign::ClientBuilder::default()
         .with_trust_repository(&trust)
         .map_err(|e| e.to_string())?
         .with_oci_client_config(sigstore::registry::ClientConfig {
-            protocol: if plain_http {
+            protocol: if source.plain_http() {
                 sigstore::registry::ClientProtocol::Http
             } else {
                 sigstore::registry::ClientProtocol::Https
@@ -1123,15 +1171,10 @@ async fn check_tlog(
         .trusted_signature_layers(&auth, &image)
         .await
         .map_err(|e| source.redact(&e.to_string()))?;
-    let wanted = base64::engine::general_purpose::STANDARD.encode(&candidate.signature);
-    if layers
-        .iter()
-        .any(|l| l.bundle.is_some() && l.signature.as_deref() == Some(wanted.as_str()))
-    {
-        Ok(())
-    } else {
-        Err("no verified transparency-log entry for this signature".into())
-    }
+    Ok(layers
+        .into_iter()
+        .filter_map(|l| Some((l.signature?, l.bundle?.integrated_time())))
+        .collect())
 }
 
 /// A legacy Rekor entry (hashedrekord or rekord) must name this signature
@@ -1207,6 +1250,35 @@ mod tests {
             "subjectRegExp",
         ] {
             assert!(schema.contains(field), "{field}");
+        }
+    }
+
+    #[test]
+    fn no_input_makes_the_parsers_panic() {
+        let doc = doc(
+            "  - name: a\n    keyless:\n      identities: [{issuer: x, subjectRegExp: '(a|b'}]\n    trustedRoot: '{\"certificateAuthorities\": [{\"certChain\": {\"certificates\": [{\"rawBytes\": \"AAAA\"}]}}]}'\n",
+        );
+        let bytes = doc.as_bytes();
+        for end in 0..bytes.len() {
+            let _ = CompiledPolicy::parse(&bytes[..end]);
+            let mut flipped = bytes.to_vec();
+            flipped[end] ^= 0x5a;
+            let _ = CompiledPolicy::parse(&flipped);
+        }
+        for input in [
+            "oci://",
+            "oci:///",
+            "oci://[",
+            "oci://a/b@",
+            "oci://a/b:",
+            "oci://a/:t",
+            "oci://\u{e9}/b",
+            "oci://a/b@sha256:\u{e9}",
+        ] {
+            let _ = input.parse::<crate::oci::OciReference>();
+        }
+        for input in [&b""[..], b"{", b"{\"dsseEnvelope\":1}", b"{\"dsseEnvelope\":{\"payloadType\":\"application/vnd.in-toto+json\",\"payload\":\"e30=\",\"signatures\":[{\"sig\":\"\"}]}}"] {
+            let _ = bundle_candidate(input, "sha256:00", "sha256:11");
         }
     }
 

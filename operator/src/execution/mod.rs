@@ -1,0 +1,7 @@
+//! Stage 4's effects: the Job builder (one deterministic, hardened Pod per
+//! operation), and later the claim and dispatch protocol, realm Leases, the
+//! result receiver and harvest, plan storage and the journal writer.
+
+#[cfg(feature = "testing")]
+pub mod examples;
+pub mod job;

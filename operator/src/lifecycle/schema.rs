@@ -1,0 +1,2140 @@
+//! The PtahSchema lifecycle as a pure state machine, in the quinn-proto
+//! style: [`step`] takes the resource (spec, metadata, status with its claim),
+//! one [`Observation`] and the time, and returns the next status and the
+//! [`Effect`]s to perform. No client, no clock: the controller observes,
+//! steps, writes the status (claim, journal and conditions in that one
+//! write) and only then performs the effects, so a claim and its
+//! `dispatchStarted` marker are durable before any Job exists.
+//!
+//! How the state is kept: `status.phase` says where the resource is;
+//! `status.activeOperation` is the claim (a read-only claim between failed
+//! attempts has `retryNotBefore` set and `dispatchStarted` clear);
+//! `status.pendingObservation` is the proof owed after an Apply;
+//! `status.nextReconciliationTime` is when the next read is due (the interval,
+//! a realm re-check, or a failure retry with no claim); the reason a Blocked
+//! resource is blocked for is the reason of its `Stalled` condition.
+//!
+//! What the controller owes the machine: it checks the engine and the realm
+//! before anything else and steps [`Observation::EngineUnsupported`] or
+//! [`Observation::Realm`] first; it reports every end of an Apply Job as
+//! [`Observation::ApplyEnded`] (or `JobLost`), never as a read failure; it
+//! sends [`Observation::ExecutionBindingChanged`] only when a recorded
+//! binding differs; it keeps renewing the Lease named by the claim or by
+//! `status.pendingObservation` (a proof keeps the Apply's Lease until it ends,
+//! suspended or not); and it compares the source ConfigMap's content digest
+//! with `status.source` on each pass, so a snapshot ignored while an Apply or
+//! its proof ran is taken again once they end. The journal is written in the
+//! returned status, never as an effect: it costs no request of its own.
+//!
+//! # Seed arrows and their tests
+//!
+//! "From the source to a plan's verdict":
+//!
+//! | Arrow | Test |
+//! | --- | --- |
+//! | due → Resolving (OCI) | `new_oci_source_goes_resolving` |
+//! | due → Resolving (Git) | `new_git_source_goes_resolving` |
+//! | due → Observing (ConfigMap, no Job) | `configmap_source_skips_resolving_to_observing` |
+//! | Resolving → Verifying (OCI digest pinned) | `resolving_oci_digest_pinned_goes_verifying` |
+//! | Resolving → Observing (Git commit resolved) | `resolving_git_commit_goes_observing` |
+//! | Verifying → Observing (policy satisfied) | `verifying_policy_satisfied_goes_observing` |
+//! | Verifying → Blocked (policy refused) | `verifying_policy_refused_goes_blocked` |
+//! | Observing → Planning (drift read) | `observing_drift_read_goes_planning` |
+//! | Planning → InSync (no change) | `planning_no_change_goes_in_sync` |
+//! | Planning → ReadyToApply (Always, nothing destructive, no privilege change) | `planning_changes_under_always_goes_ready_to_apply` |
+//! | Planning → AwaitingApproval (OnApproval) | `planning_changes_on_approval_goes_awaiting_approval` |
+//! | Planning → AwaitingApproval (privilege change under Always) | `planning_privilege_change_under_always_goes_awaiting_approval` |
+//! | Planning → AwaitingApproval (destructive allowed under Always) | `planning_destructive_allowed_under_always_goes_awaiting_approval` |
+//! | Planning → Blocked (protected table) | `planning_protected_table_goes_blocked` |
+//! | Planning → Blocked (destructive disallowed) | `planning_destructive_disallowed_goes_blocked` |
+//! | Planning → Blocked (apply: Never) | `planning_apply_never_goes_blocked` |
+//! | Planning → Observing (target moved) | `planning_target_moved_goes_observing` |
+//! | Planning → Observing (lock lost) | `planning_lock_lost_goes_observing` |
+//!
+//! "From a plan to the proof that it worked":
+//!
+//! | Arrow | Test |
+//! | --- | --- |
+//! | ReadyToApply → Applying (every gate holds) | `ready_to_apply_gates_hold_goes_applying` |
+//! | ReadyToApply → Resolving (interval ended first) | `ready_to_apply_interval_ends_goes_resolving` |
+//! | ReadyToApply → Observing (plan went stale) | `ready_to_apply_plan_stale_goes_observing` |
+//! | AwaitingApproval → Applying (exact approval) | `awaiting_approval_goes_straight_to_applying` |
+//! | AwaitingApproval → Resolving (interval ended first) | `awaiting_approval_interval_ends_goes_resolving` |
+//! | AwaitingApproval → Observing (plan went stale) | `awaiting_approval_plan_stale_goes_observing` |
+//! | Applying → VerifyingConvergence (Job ended, success) | `apply_job_succeeded_goes_verifying_convergence` |
+//! | Applying → VerifyingConvergence (Job ended, error) | `apply_job_error_goes_verifying_convergence`, `apply_job_failure_report_goes_verifying_convergence_never_failed` |
+//! | Applying → VerifyingConvergence (Job lost) | `apply_job_lost_goes_verifying_convergence` |
+//! | Applying → Observing (withdrawn: source moved) | `apply_withdrawn_source_moved_goes_observing` |
+//! | Applying → Verifying (withdrawn: verification policy) | `apply_withdrawn_verification_policy_goes_verifying` |
+//! | Applying → AwaitingApproval (withdrawn: approval gone) | `apply_withdrawn_approval_gone_goes_awaiting_approval` |
+//! | Applying → Pending (withdrawn: execution binding) | `apply_withdrawn_execution_binding_goes_pending` |
+//! | Applying → Suspended (withdrawn: spec.suspend) | `apply_withdrawn_suspend_goes_suspended` |
+//! | Applying → Failed (Job could not be built) | `apply_job_unbuildable_goes_failed_claim_tries_again` |
+//! | VerifyingConvergence → InSync (fresh no-change plan) | `proof_no_change_goes_in_sync` |
+//! | VerifyingConvergence → InSync after unknown outcome | `proof_after_unknown_outcome_goes_in_sync_converged_after_unknown` |
+//! | VerifyingConvergence → ReadyToApply / AwaitingApproval / Blocked (changes remain) | `proof_changes_remain_goes_ready_to_apply`, `proof_changes_remain_goes_awaiting_approval`, `proof_changes_remain_goes_blocked` |
+//! | VerifyingConvergence → Pending (newer generation or execution binding) | `proof_superseded_by_generation_goes_pending`, `proof_superseded_by_execution_binding_goes_pending` |
+//! | VerifyingConvergence → Verifying (newer policy) | `proof_superseded_by_policy_goes_verifying` |
+//! | VerifyingConvergence → Blocked (proof read another target; claim and Lease stay) | `proof_reads_other_target_blocks_with_claim_kept` |
+//! | InSync → Resolving (interval ended) | `insync_interval_ends_goes_resolving` |
+//! | InSync → Resolving (input changed) | `insync_input_changed_goes_resolving` |
+//!
+//! "What leaves that path, and how it comes back":
+//!
+//! | Arrow | Test |
+//! | --- | --- |
+//! | no claim → Blocked (realm conflict) | `idle_realm_conflict_goes_blocked` |
+//! | no claim → Blocked (realm refusal) | `idle_realm_not_authorized_goes_blocked` |
+//! | no claim → Blocked (unsupported engine) | `idle_unsupported_engine_goes_blocked` |
+//! | no claim → Suspended | `idle_suspend_goes_suspended` |
+//! | no claim → Failed (source refused before any Job) | `idle_source_refused_before_job_goes_failed` |
+//! | no claim → Failed (configuration error) | `idle_configuration_error_goes_failed` |
+//! | no claim → Verifying (verification policy changed) | `idle_verification_policy_changed_goes_verifying` |
+//! | no claim → Pending (execution component changed) | `idle_execution_component_changed_goes_pending` |
+//! | read → Failed (Job failed; claim stays) | `read_job_failed_goes_failed_claim_kept` |
+//! | read → Failed (Job could not be built; claim stays) | `read_job_unbuildable_goes_failed_claim_kept` |
+//! | read → Suspended (claim dropped) | `read_under_way_suspend_drops_claim` |
+//! | read → Suspended, a proof's Job runs to its end first | `read_under_way_suspend_drops_claim_but_proof_runs_to_end`, `suspend_during_apply_lets_it_finish_and_starts_no_new_job` |
+//! | read → Pending (inputs changed, result discarded) | `read_inputs_changed_discards_result_goes_pending` |
+//! | Blocked → Resolving (interval ended) | `blocked_interval_ends_goes_resolving` |
+//! | Blocked → Resolving (input changed) | `blocked_input_changed_goes_resolving` |
+//! | Blocked → what the proof's result says (reads again after failureRetryInterval) | `blocked_target_moved_proof_reads_again_after_retry_interval`, `blocked_target_back_proof_continues` |
+//! | Blocked → Pending (settled-apply annotation) | `blocked_target_moved_settled_apply_goes_pending` |
+//! | Failed → what the read's result says (same read after failureRetryInterval, phase stays Failed) | `failed_read_retries_after_interval_phase_stays_failed` |
+//! | Failed → Pending (read gave way) | `failed_read_gives_way_to_read_request_goes_pending` |
+//! | Failed → Resolving (no claim, after failureRetryInterval) | `failed_no_claim_goes_resolving_after_retry_interval` |
+//! | Failed → Suspended | `failed_suspend_goes_suspended` |
+//! | Pending → Resolving (next pass) | `pending_next_pass_goes_resolving` |
+//! | Pending → VerifyingConvergence (proof owed) | `pending_with_proof_owed_goes_verifying_convergence` |
+//! | Suspended → Resolving (resumed) | `suspended_resumed_goes_resolving` |
+//! | Suspended → VerifyingConvergence (resumed with a proof owed) | `suspended_resumed_with_proof_owed_goes_verifying_convergence` |
+//!
+//! "Where the path turns", the schema's branches: no change
+//! (`planning_no_change_goes_in_sync`); refused, reading again at its interval
+//! (`blocked_interval_ends_goes_resolving`, `realm_blocked_rechecks_within_a_minute`,
+//! `unsupported_engine_waits_for_an_edit`); plan went stale, approval does not
+//! carry over (`awaiting_approval_plan_stale_goes_observing`,
+//! `approval_of_a_replaced_plan_authorizes_nothing`); Apply uncertain, never
+//! replayed (`apply_job_error_goes_verifying_convergence`,
+//! `dispatched_apply_is_never_dispatched_again`); changes remain
+//! (`proof_changes_remain_goes_awaiting_approval`); a read fails
+//! (`read_job_failed_goes_failed_claim_kept`). Lease continuity:
+//! `lease_continuity_lost_discards_plan_result`.
+//!
+//! Read requests, sentence by sentence (more in [`super::read_request`]):
+//!
+//! | The seed says | Test |
+//! | --- | --- |
+//! | answered once no operation is running; records, moves `nextReconciliationTime` to now, `ReadRequested`, the next pass reads | `read_request_in_insync_records_and_moves_next_reconciliation`, `read_request_policy_blocked_answers` |
+//! | a plan that waits for approval is kept unless the new reading retires it | `read_request_awaiting_approval_keeps_the_plan` |
+//! | engine and realm checks come first; `TargetIdentityChanged` waits for its proof | `read_request_waits_while_realm_blocked`, `read_request_waits_while_target_identity_changed` |
+//! | never starts a mutating operation; does not shorten a retry delay | `read_request_in_ready_to_apply_starts_a_read_not_an_apply`, `read_request_does_not_shorten_failed_retry` |
+//! | a read already under way does not answer it | `read_request_under_way_does_not_answer` |
+//! | an annotation changes nothing else | `read_request_changes_nothing_else` |
+//! | a failed read gives way when its delay ends; an Apply and its proof do not | `failed_read_gives_way_to_read_request_goes_pending`, `read_request_waits_for_apply_and_proof` |
+//! | gives way at once to a source change; to the interval for Git and OCI | `failed_read_gives_way_at_once_when_source_changes`, `failed_read_gives_way_when_interval_passed_for_git` |
+//! | giving way keeps a waiting plan; a failed Resolve ends only on a request | `failed_read_giving_way_keeps_the_waiting_plan`, `failed_resolve_only_a_read_request_ends_it`, `failed_resolve_ends_on_a_read_request` |
+//! | an invalid value is recorded as answered, once, with `ReadRequestInvalid`, inside a retry delay too | `read_request_invalid_recorded_with_warning`, `read_request_invalid_answered_inside_retry_delay_and_retry_goes_on` |
+//! | longer than 64 bytes: recorded as `sha256:<hex>` | `read_request_longer_than_64_bytes_recorded_as_digest` |
+//!
+//! The test `module_doc_names_only_existing_tests` checks every name above
+//! exists.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::SignedDuration;
+
+use super::conditions::{self, Health};
+use super::journal::{self, Kept};
+use super::read_request::{self, Answer, Running};
+use crate::api::annotations::{READ_REQUESTED_AT, SETTLED_APPLY};
+use crate::api::common::{ApplyPolicy, DatabaseEngine, Identity};
+use crate::api::condition::{ConditionStatus, Reason, SchemaConditionType as C, SchemaPhase};
+use crate::api::journal::{JournalEntry, JournalEntryType, JournalOutcome};
+use crate::api::schema::{
+    AppliedStatus, ApplyOutcome, ConsumedApproval, PendingObservation, PtahSchema,
+    PtahSchemaStatus, SchemaPlanSummary, TargetStatus,
+};
+use crate::api::source::{SourceKind, SourceStatus, VerificationEvidence};
+use crate::api::status::{
+    ActiveOperation, Authorization, ExecutionBinding, OperationType, PendingLockRelease,
+    SourceBinding,
+};
+
+/// A realm re-check is due at least this often while a realm refuses.
+pub const REALM_RECHECK: Duration = Duration::from_secs(60);
+
+/// What happened since the last step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observation {
+    /// A pass with nothing new: timers (interval, retry delay, the pass after
+    /// Pending), `spec.suspend` and a read request are looked at.
+    Pass,
+    /// The manager took the ConfigMap source's snapshot (Resolve, no Job).
+    SnapshotTaken(SourceStatus),
+    /// A Resolve Job pinned the Git commit or the OCI digest.
+    SourceResolved(SourceStatus),
+    /// The source was refused (the source policy, a Git host), the rule named.
+    SourceRefused {
+        /// The message naming the rule.
+        message: String,
+    },
+    /// An input of the source changed: the source ConfigMap or the source
+    /// policy. Read at once.
+    SourceChanged,
+    /// Verify accepted the artifact.
+    VerificationSatisfied(VerificationEvidence),
+    /// Verify refused the artifact.
+    VerificationRefused {
+        /// Why.
+        message: String,
+    },
+    /// The verification policy ConfigMap changed.
+    VerificationPolicyChanged,
+    /// An Observe Job's result: the bounded drift summary and the target it read.
+    DriftObserved(TargetStatus),
+    /// A Plan Job's result.
+    Planned(PlanVerdict),
+    /// A read's Job failed (or its result was refused).
+    JobFailed {
+        /// The reason of the failure.
+        reason: Reason,
+        /// A diagnostic.
+        message: String,
+    },
+    /// The claim's Job could not be built, or was held to its admission
+    /// snapshot: none exists.
+    JobNotBuilt {
+        /// `PodAdmissionRefused`, `ConfigurationError`, …
+        reason: Reason,
+        /// A diagnostic.
+        message: String,
+    },
+    /// The claim's dispatched Job is gone, or its result unreadable.
+    JobLost,
+    /// An Apply Job ended, whatever it reported.
+    ApplyEnded {
+        /// The runner reported success (still to be proved).
+        reported_success: bool,
+        /// The Job's UID.
+        job_uid: Option<String>,
+    },
+    /// An approval of some plan of this resource exists.
+    ApprovalExists(ApprovalSeen),
+    /// The approval the Apply claim names no longer exists.
+    ApprovalAbsent,
+    /// The claim's realm Lease was acquired with a new epoch.
+    LeaseAcquired {
+        /// The epoch.
+        epoch: String,
+        /// Its duration in seconds.
+        duration_seconds: i32,
+    },
+    /// The realm Lease is held by another holder, or was lost.
+    LeaseLost,
+    /// The persisted epoch no longer owns an uninterrupted lock interval.
+    LeaseContinuityLost,
+    /// The realm census's verdict.
+    Realm(RealmVerdict),
+    /// `spec.target.engine` is not one the operator implements.
+    EngineUnsupported,
+    /// `spec.suspend` changed.
+    SuspendChanged,
+    /// `metadata.generation` moved.
+    GenerationMoved,
+    /// The execution components changed: a new epoch.
+    ExecutionBindingChanged(ExecutionBinding),
+    /// The resource or something it names is misconfigured.
+    ConfigurationError {
+        /// Which field or rule.
+        message: String,
+    },
+    /// The read-request annotation changed.
+    ReadRequest,
+    /// The settled-apply annotation changed.
+    SettledApply,
+}
+
+/// A Plan Job's verdict.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PlanVerdict {
+    /// A coherent no-change plan: the database converged.
+    NoChange {
+        /// The database the plan read.
+        target_identity_digest: Option<String>,
+    },
+    /// Changed bytes, stored as the plan `plan` names.
+    Changes {
+        /// The plan as published (destructive and privilege flags included).
+        plan: Box<SchemaPlanSummary>,
+        /// It would change a protected table.
+        protected_table: bool,
+        /// The database the plan read.
+        target_identity_digest: Option<String>,
+    },
+    /// The target moved while it planned.
+    TargetMoved,
+    /// The lock was lost while it planned.
+    LockLost,
+}
+
+/// An approval as the controller sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApprovalSeen {
+    /// Its name.
+    pub name: String,
+    /// Its UID.
+    pub uid: String,
+    /// UID of the plan it names.
+    pub plan_uid: String,
+    /// Fingerprint of the plan it names.
+    pub plan_fingerprint: String,
+    /// Who approved, as admission stamped it.
+    pub approver: Option<Identity>,
+    /// When admission stamped it.
+    pub approved_at: Option<Time>,
+}
+
+/// The realm census's verdict for this resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RealmVerdict {
+    /// Admitted.
+    Ok,
+    /// Another resource claims the database incompatibly.
+    Conflict,
+    /// The PtahRealm does not admit this resource.
+    NotAuthorized,
+}
+
+/// What the controller performs after writing the status.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Take the ConfigMap snapshot (a Resolve in the manager) and step again
+    /// with [`Observation::SnapshotTaken`].
+    TakeSnapshot,
+    /// Acquire the database-realm Lease for the claim and step again with
+    /// [`Observation::LeaseAcquired`] or [`Observation::LeaseLost`].
+    AcquireLease {
+        /// The claim.
+        operation_id: String,
+    },
+    /// Create the claim's Job (dispatch protocol: `dispatchStarted` is in the
+    /// status just written; one create; adopt by name).
+    StartJob {
+        /// The operation.
+        operation: OperationType,
+        /// The reserved name.
+        job_name: String,
+    },
+    /// Mark the plan published (current).
+    PublishPlan {
+        /// The plan's name.
+        name: String,
+    },
+    /// Retire the plan: it authorizes nothing any more.
+    RetirePlan {
+        /// The plan's name.
+        name: String,
+        /// Why.
+        reason: Reason,
+    },
+    /// Mark the approval consumed, at dispatch.
+    SpendApproval {
+        /// The approval's name.
+        name: String,
+        /// Its UID.
+        uid: String,
+    },
+    /// Release the Lease (also staged in `status.pendingLockRelease`).
+    ReleaseLease(PendingLockRelease),
+    /// Emit an Event.
+    Event {
+        /// A Warning rather than Normal.
+        warning: bool,
+        /// The reason.
+        reason: Reason,
+        /// The note.
+        message: String,
+    },
+    /// Step again no later than this instant.
+    RequeueAt(Time),
+}
+
+/// The result of a step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// The status to write (claim, journal, conditions in one write).
+    pub status: PtahSchemaStatus,
+    /// What to do once it is written.
+    pub effects: Vec<Effect>,
+}
+
+/// Steps the schema: pure and deterministic.
+pub fn step(schema: &PtahSchema, observation: &Observation, now: &Time) -> Step {
+    let mut m = Machine {
+        schema,
+        now,
+        st: schema.status.clone().unwrap_or_default(),
+        fx: Vec::new(),
+    };
+    m.st.observed_generation = schema.metadata.generation;
+    if m.st.covered_since.is_none() {
+        m.st.covered_since = Some(now.clone());
+    }
+    m.observe(observation);
+    m.requeue();
+    Step {
+        status: m.st,
+        effects: m.fx,
+    }
+}
+
+fn plus(t: &Time, d: Duration) -> Time {
+    let d = SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX);
+    Time(t.0.checked_add(d).unwrap_or(t.0))
+}
+
+fn hex_digest(parts: &[&str]) -> String {
+    read_request::sha256_hex(parts.join("\u{1f}").as_bytes())
+}
+
+/// The binding a claim records, from the resolution in status.
+pub fn binding_of(src: &SourceStatus) -> SourceBinding {
+    SourceBinding {
+        kind: src.kind,
+        content_digest: src.content_digest.clone(),
+        config_map_uid: src.config_map.as_ref().map(|c| c.uid.clone()),
+        snapshot_name: src.config_map.as_ref().map(|c| c.snapshot_name.clone()),
+        location_digest: src.git.as_ref().map(|g| g.location_digest.clone()),
+        commit: src.git.as_ref().map(|g| g.commit.clone()),
+        resolved_reference: src.oci.as_ref().map(|o| o.resolved_reference.clone()),
+        source_policy_uid: src.source_policy.as_ref().map(|p| p.uid.clone()),
+        source_policy_digest: src.source_policy.as_ref().map(|p| p.digest.clone()),
+        verification_policy_uid: src.verification.as_ref().map(|v| v.policy.uid.clone()),
+        verification_policy_digest: src.verification.as_ref().map(|v| v.policy.digest.clone()),
+        signer_evidence_digest: None,
+    }
+}
+
+/// Whether two resolutions are the same content under the same policy and
+/// location (what a plan binds, verification aside).
+fn same_source(a: &SourceStatus, b: &SourceStatus) -> bool {
+    let (x, y) = (binding_of(a), binding_of(b));
+    x.kind == y.kind
+        && x.content_digest == y.content_digest
+        && x.config_map_uid == y.config_map_uid
+        && x.location_digest == y.location_digest
+        && x.source_policy_digest == y.source_policy_digest
+}
+
+fn is_read(op: OperationType) -> bool {
+    op != OperationType::Apply
+}
+
+struct Machine<'a> {
+    schema: &'a PtahSchema,
+    now: &'a Time,
+    st: PtahSchemaStatus,
+    fx: Vec<Effect>,
+}
+
+impl Machine<'_> {
+    // ----- inputs -----------------------------------------------------------
+
+    fn generation(&self) -> Option<i64> {
+        self.schema.metadata.generation
+    }
+
+    fn interval(&self) -> Duration {
+        self.schema
+            .spec
+            .interval
+            .to_std()
+            .unwrap_or(Duration::from_secs(600))
+    }
+
+    fn retry_interval(&self) -> Duration {
+        self.schema
+            .spec
+            .execution
+            .failure_retry_interval
+            .to_std()
+            .unwrap_or(Duration::from_secs(30))
+    }
+
+    fn source_kind(&self) -> Option<SourceKind> {
+        self.schema.spec.source.kind()
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.schema
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    }
+
+    fn due(&self, at: Option<&Time>) -> bool {
+        at.is_none_or(|t| t.0 <= self.now.0)
+    }
+
+    fn phase(&self) -> Option<SchemaPhase> {
+        self.st.phase
+    }
+
+    fn blocked_reason(&self) -> Option<Reason> {
+        if self.phase() != Some(SchemaPhase::Blocked) {
+            return None;
+        }
+        conditions::get(&self.st.conditions, C::Stalled).map(|c| c.reason)
+    }
+
+    fn claim_type(&self) -> Option<OperationType> {
+        self.st.active_operation.as_ref().map(|c| c.type_)
+    }
+
+    fn proof_owed(&self) -> bool {
+        self.st.pending_observation.is_some()
+    }
+
+    /// A read under the proof's claim.
+    fn proof_claim(&self) -> bool {
+        self.proof_owed() && self.claim_type().is_some_and(is_read)
+    }
+
+    fn running(&self) -> Running {
+        match &self.st.active_operation {
+            None => Running::Nothing,
+            Some(c) if !is_read(c.type_) || self.proof_owed() => Running::ApplyOrProof,
+            Some(c) if c.retry_not_before.is_some() && !c.dispatch_started => {
+                Running::ReadBetweenAttempts {
+                    retry_due: self.due(c.retry_not_before.as_ref()),
+                }
+            }
+            Some(_) => Running::ReadUnderWay,
+        }
+    }
+
+    // ----- outputs ----------------------------------------------------------
+
+    fn event(&mut self, warning: bool, reason: Reason, message: impl Into<String>) {
+        self.fx.push(Effect::Event {
+            warning,
+            reason,
+            message: message.into(),
+        });
+    }
+
+    fn cond(&mut self, t: C, s: ConditionStatus, r: Reason, msg: &str) {
+        let g = self.generation();
+        conditions::set(&mut self.st.conditions, t, s, r, msg, g, self.now);
+    }
+
+    fn journal(&mut self, entry: JournalEntry) {
+        // An Apply that ended carried the plan out: its entries lose their hold.
+        let pending = self
+            .st
+            .plan
+            .as_ref()
+            .filter(|p| {
+                self.st
+                    .pending_observation
+                    .as_ref()
+                    .is_none_or(|o| o.plan_uid != p.uid)
+            })
+            .map(|p| p.uid.clone());
+        journal::append(
+            &mut self.st.journal,
+            &mut self.st.covered_since,
+            entry,
+            Kept {
+                pending_plan_uid: pending.as_deref(),
+            },
+        );
+    }
+
+    /// Sets the phase and the kstatus trio.
+    fn settle(&mut self, phase: SchemaPhase, reason: Reason, message: &str) {
+        self.st.phase = Some(phase);
+        let health = match phase {
+            SchemaPhase::InSync => Health::Ready,
+            SchemaPhase::Blocked => Health::Stalled,
+            SchemaPhase::AwaitingApproval | SchemaPhase::Suspended => Health::Waiting,
+            _ => Health::Progressing,
+        };
+        let g = self.generation();
+        conditions::set_kstatus(
+            &mut self.st.conditions,
+            (C::Ready, C::Reconciling, C::Stalled),
+            health,
+            reason,
+            message,
+            g,
+            self.now,
+        );
+        let suspended = if phase == SchemaPhase::Suspended {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        };
+        self.cond(C::Suspended, suspended, Reason::Suspended, "");
+    }
+
+    fn schedule_interval(&mut self) {
+        self.st.next_reconciliation_time = Some(plus(self.now, self.interval()));
+    }
+
+    fn stage_release(&mut self, operation_id: &str, epoch: Option<String>, secs: Option<i32>) {
+        if let Some(epoch) = epoch {
+            let release = PendingLockRelease {
+                coordination_digest: self
+                    .st
+                    .target
+                    .as_ref()
+                    .and_then(|t| t.coordination_digest.clone())
+                    .unwrap_or_else(|| hex_digest(&["realm", &self.schema.spec.target.engine])),
+                operation_id: operation_id.to_owned(),
+                lease_epoch: epoch,
+                lease_duration_seconds: secs.unwrap_or(15),
+            };
+            self.st.pending_lock_release = Some(release.clone());
+            self.fx.push(Effect::ReleaseLease(release));
+        }
+    }
+
+    /// Drops the claim, staging the release of any Lease it holds. An Apply
+    /// withdrawn before dispatch spent nothing: its plan keeps no approval.
+    fn drop_claim(&mut self) -> Option<ActiveOperation> {
+        let claim = self.st.active_operation.take()?;
+        if claim.type_ == OperationType::Apply && !claim.dispatch_started {
+            if let Some(plan) = self.st.plan.as_mut() {
+                plan.approval = None;
+            }
+            self.cond(
+                C::Applying,
+                ConditionStatus::False,
+                Reason::InputsChanged,
+                "",
+            );
+        }
+        if !self.proof_owed() || claim.type_ == OperationType::Apply {
+            self.stage_release(
+                &claim.operation_id,
+                claim.lease_epoch.clone(),
+                claim.lease_duration_seconds,
+            );
+        }
+        Some(claim)
+    }
+
+    fn retire_plan(&mut self, reason: Reason) -> Option<SchemaPlanSummary> {
+        let plan = self.st.plan.take()?;
+        self.fx.push(Effect::RetirePlan {
+            name: plan.name.clone(),
+            reason,
+        });
+        if plan.approval_required || plan.approval.is_some() {
+            self.event(
+                true,
+                Reason::PlanStale,
+                format!("plan {} was replaced before it ran", plan.name),
+            );
+        }
+        self.cond(C::PlanReady, ConditionStatus::False, reason, "");
+        self.cond(C::ApprovalRequired, ConditionStatus::False, reason, "");
+        Some(plan)
+    }
+
+    // ----- claims -----------------------------------------------------------
+
+    fn new_claim(&self, op: OperationType, source: Option<SourceBinding>) -> ActiveOperation {
+        let generation = self.generation().unwrap_or(0).to_string();
+        let uid = self.schema.metadata.uid.clone().unwrap_or_default();
+        let src = source
+            .as_ref()
+            .map(|s| s.content_digest.clone())
+            .unwrap_or_default();
+        let epoch = self.st.execution_binding.as_ref().map(|e| e.epoch.clone());
+        let plan = self
+            .st
+            .plan
+            .as_ref()
+            .map(|p| p.fingerprint.clone())
+            .unwrap_or_default();
+        let op_name = format!("{op:?}");
+        let fingerprint = hex_digest(&[
+            &op_name,
+            &generation,
+            &src,
+            epoch.as_deref().unwrap_or(""),
+            if op == OperationType::Apply {
+                plan.as_str()
+            } else {
+                ""
+            },
+        ]);
+        let when = self.now.0.to_string();
+        let operation_id = hex_digest(&[&op_name, &uid, &fingerprint, &when]);
+        let job_name = job_name(op, &operation_id, 1);
+        ActiveOperation {
+            type_: op,
+            operation_id,
+            input_fingerprint: fingerprint,
+            job_name: Some(job_name),
+            job_uid: None,
+            attempt: 1,
+            started_at: self.now.clone(),
+            retry_not_before: None,
+            dispatch_started: false,
+            dispatch_not_after: None,
+            execution_not_after: None,
+            execution_epoch: epoch,
+            source,
+            coordination_digest: self
+                .st
+                .target
+                .as_ref()
+                .and_then(|t| t.coordination_digest.clone()),
+            target_identity_digest: self
+                .st
+                .target
+                .as_ref()
+                .and_then(|t| t.identity_digest.clone()),
+            lease_epoch: None,
+            lease_duration_seconds: None,
+            lease_continuity_lost: false,
+            plan_name: None,
+            plan_uid: None,
+            plan_fingerprint: None,
+            authorization: None,
+            approval_name: None,
+            approval_uid: None,
+            approver: None,
+            admission_snapshot_digest: None,
+        }
+    }
+
+    /// Claims `op` and, unless it takes the realm Lease first, dispatches it.
+    fn claim(&mut self, mut claim: ActiveOperation) {
+        self.st.last_attempt_time = Some(self.now.clone());
+        let needs_lease = matches!(claim.type_, OperationType::Plan | OperationType::Apply)
+            && claim.lease_epoch.is_none();
+        if needs_lease {
+            self.fx.push(Effect::AcquireLease {
+                operation_id: claim.operation_id.clone(),
+            });
+        } else {
+            claim.dispatch_started = true;
+            self.fx.push(Effect::StartJob {
+                operation: claim.type_,
+                job_name: claim.job_name.clone().unwrap_or_default(),
+            });
+        }
+        self.st.active_operation = Some(claim);
+    }
+
+    fn current_binding(&self) -> Option<SourceBinding> {
+        self.st.source.as_ref().map(binding_of)
+    }
+
+    /// Starts the read the interval starts: Resolve (a Job for Git and OCI;
+    /// the snapshot for a ConfigMap, which shows Observing, never Resolving).
+    fn start_read(&mut self) {
+        if self.schema.spec.suspend {
+            self.settle(SchemaPhase::Suspended, Reason::Suspended, "spec.suspend");
+            return;
+        }
+        match self.source_kind() {
+            Some(SourceKind::ConfigMap) => {
+                // The phase moves with the snapshot's write; the conditions
+                // say now that work is under way for this generation.
+                self.fx.push(Effect::TakeSnapshot);
+                self.st.next_reconciliation_time = None;
+                let g = self.generation();
+                conditions::set_kstatus(
+                    &mut self.st.conditions,
+                    (C::Ready, C::Reconciling, C::Stalled),
+                    Health::Progressing,
+                    Reason::Refreshing,
+                    "",
+                    g,
+                    self.now,
+                );
+            }
+            Some(_) => {
+                let claim = self.new_claim(OperationType::Resolve, None);
+                self.claim(claim);
+                self.settle(SchemaPhase::Resolving, Reason::OperationInProgress, "");
+            }
+            None => self.fail_idle(Reason::ConfigurationError, "spec.source selects no source"),
+        }
+    }
+
+    fn start_observe(&mut self, proof: bool) {
+        let claim = self.new_claim(OperationType::Observe, self.current_binding());
+        self.claim(claim);
+        if !proof {
+            self.settle(SchemaPhase::Observing, Reason::OperationInProgress, "");
+        }
+    }
+
+    fn start_verify(&mut self) {
+        let claim = self.new_claim(OperationType::Verify, self.current_binding());
+        self.claim(claim);
+        self.settle(SchemaPhase::Verifying, Reason::OperationInProgress, "");
+    }
+
+    /// The proof's Observe, under the Apply's Lease.
+    fn start_proof(&mut self) {
+        let Some(p) = self.st.pending_observation.clone() else {
+            return;
+        };
+        let mut claim = self.new_claim(OperationType::Observe, p.source.clone());
+        claim.target_identity_digest = p.target_identity_digest.clone();
+        claim.lease_epoch = p.lease_epoch.clone();
+        claim.lease_duration_seconds = p.lease_duration_seconds;
+        self.claim(claim);
+        self.settle(
+            SchemaPhase::VerifyingConvergence,
+            Reason::VerifyingConvergence,
+            "",
+        );
+    }
+
+    fn fail_idle(&mut self, reason: Reason, message: &str) {
+        self.st.next_reconciliation_time = Some(plus(self.now, self.retry_interval()));
+        self.cond(
+            C::ReconciliationFailed,
+            ConditionStatus::True,
+            reason,
+            message,
+        );
+        self.event(true, reason, message);
+        self.settle(SchemaPhase::Failed, reason, message);
+    }
+
+    fn block(&mut self, reason: Reason, message: &str) {
+        if self.blocked_reason() != Some(reason) {
+            self.event(true, reason, message);
+        }
+        self.settle(SchemaPhase::Blocked, reason, message);
+        match reason {
+            Reason::RealmConflict | Reason::RealmNotAuthorized => {
+                let every = self.interval().min(REALM_RECHECK);
+                self.st.next_reconciliation_time = Some(plus(self.now, every));
+            }
+            Reason::UnsupportedEngine => self.st.next_reconciliation_time = None,
+            Reason::TargetIdentityChanged => {}
+            _ => self.schedule_interval(),
+        }
+    }
+
+    // ----- the machine ------------------------------------------------------
+
+    fn observe(&mut self, o: &Observation) {
+        match o {
+            Observation::Pass | Observation::ReadRequest | Observation::SuspendChanged => {
+                self.pass()
+            }
+            Observation::SnapshotTaken(src) => self.snapshot_taken(src),
+            Observation::SourceResolved(src) => self.source_resolved(src),
+            Observation::SourceRefused { message } => {
+                if self.claim_type() == Some(OperationType::Resolve) {
+                    self.read_failed(Reason::SourcePolicyRefused, message);
+                } else if self.st.active_operation.is_none() {
+                    self.fail_idle(Reason::SourcePolicyRefused, message);
+                }
+            }
+            Observation::SourceChanged => self.source_changed(),
+            Observation::VerificationSatisfied(evidence) => {
+                if self.claim_type() != Some(OperationType::Verify) {
+                    return;
+                }
+                self.st.active_operation = None;
+                if let Some(src) = self.st.source.as_mut() {
+                    src.verification = Some(evidence.clone());
+                }
+                self.cond(
+                    C::ArtifactVerified,
+                    ConditionStatus::True,
+                    Reason::PolicySatisfied,
+                    "",
+                );
+                self.start_observe(false);
+            }
+            Observation::VerificationRefused { message } => {
+                if self.claim_type() != Some(OperationType::Verify) {
+                    return;
+                }
+                self.st.active_operation = None;
+                self.cond(
+                    C::ArtifactVerified,
+                    ConditionStatus::False,
+                    Reason::PolicyRefused,
+                    message,
+                );
+                self.block(Reason::PolicyRefused, message);
+            }
+            Observation::VerificationPolicyChanged => self.verification_policy_changed(),
+            Observation::DriftObserved(target) => self.drift_observed(target),
+            Observation::Planned(verdict) => self.planned(verdict),
+            Observation::JobFailed { reason, message } => {
+                let dispatched = self
+                    .st
+                    .active_operation
+                    .as_ref()
+                    .is_some_and(|c| c.dispatch_started);
+                match self.claim_type() {
+                    // A finished Apply Job never reaches Failed, whatever it reported.
+                    Some(OperationType::Apply) if dispatched => self.apply_ended(false, None),
+                    Some(OperationType::Apply) | None => {}
+                    Some(_) => self.read_failed(*reason, message),
+                }
+            }
+            Observation::JobNotBuilt { reason, message } => self.job_not_built(*reason, message),
+            Observation::JobLost => match self.claim_type() {
+                Some(OperationType::Apply) => self.apply_ended(false, None),
+                Some(_) => self.read_failed(Reason::OperationFailed, "the Job was lost"),
+                None => {}
+            },
+            Observation::ApplyEnded {
+                reported_success,
+                job_uid,
+            } => {
+                if self.claim_type() == Some(OperationType::Apply) {
+                    self.apply_ended(*reported_success, job_uid.clone());
+                }
+            }
+            Observation::ApprovalExists(seen) => self.approval_exists(seen),
+            Observation::ApprovalAbsent => {
+                let withdrawable = self.st.active_operation.as_ref().is_some_and(|c| {
+                    c.type_ == OperationType::Apply
+                        && !c.dispatch_started
+                        && c.authorization == Some(Authorization::Approval)
+                });
+                if withdrawable {
+                    self.drop_claim();
+                    self.settle(SchemaPhase::AwaitingApproval, Reason::AwaitingApproval, "");
+                    self.schedule_interval();
+                }
+            }
+            Observation::LeaseAcquired {
+                epoch,
+                duration_seconds,
+            } => self.lease_acquired(epoch, *duration_seconds),
+            Observation::LeaseLost => self.lease_lost(),
+            Observation::LeaseContinuityLost => {
+                if let Some(c) = self.st.active_operation.as_mut() {
+                    c.lease_continuity_lost = true;
+                }
+            }
+            Observation::Realm(verdict) => self.realm(*verdict),
+            Observation::EngineUnsupported => {
+                if self.st.active_operation.is_none() {
+                    self.cond(
+                        C::EngineSupported,
+                        ConditionStatus::False,
+                        Reason::UnsupportedEngine,
+                        "",
+                    );
+                    self.block(
+                        Reason::UnsupportedEngine,
+                        "spec.target.engine is not supported",
+                    );
+                }
+            }
+            Observation::GenerationMoved => self.inputs_moved(InputMove::Generation),
+            Observation::ExecutionBindingChanged(binding) => {
+                self.inputs_moved(InputMove::Execution(binding.clone()))
+            }
+            Observation::ConfigurationError { message } => {
+                if self.st.active_operation.is_none() {
+                    self.fail_idle(Reason::ConfigurationError, message);
+                }
+            }
+            Observation::SettledApply => self.settled_apply(),
+        }
+    }
+
+    /// Timers, suspension and read requests.
+    fn pass(&mut self) {
+        let suspend = self.schema.spec.suspend;
+        if suspend && self.suspend() {
+            return;
+        }
+        if !suspend && self.phase() == Some(SchemaPhase::Suspended) {
+            self.st.next_reconciliation_time = None;
+            if self.proof_owed() {
+                self.start_proof();
+            } else {
+                self.start_read();
+            }
+            return;
+        }
+        if self.read_request() {
+            return;
+        }
+        self.timers();
+    }
+
+    /// Applies `spec.suspend`; true when it decided the step.
+    fn suspend(&mut self) -> bool {
+        match self.st.active_operation.as_ref() {
+            // An Apply under way, and the read that proves one, run to their end.
+            Some(c)
+                if c.dispatch_started && (c.type_ == OperationType::Apply || self.proof_owed()) =>
+            {
+                false
+            }
+            Some(c) if c.type_ == OperationType::Apply => {
+                self.drop_claim();
+                self.settle(SchemaPhase::Suspended, Reason::Suspended, "spec.suspend");
+                true
+            }
+            Some(_) if self.proof_owed() => {
+                // The proof's claim between attempts waits for the resume.
+                self.st.active_operation = None;
+                self.settle(SchemaPhase::Suspended, Reason::Suspended, "spec.suspend");
+                true
+            }
+            Some(_) => {
+                self.drop_claim();
+                self.settle(SchemaPhase::Suspended, Reason::Suspended, "spec.suspend");
+                true
+            }
+            None => {
+                if self.phase() != Some(SchemaPhase::Suspended) {
+                    self.event(false, Reason::Suspended, "spec.suspend: no new Jobs");
+                }
+                self.settle(SchemaPhase::Suspended, Reason::Suspended, "spec.suspend");
+                true
+            }
+        }
+    }
+
+    /// Answers a read request; true when it decided the step.
+    fn read_request(&mut self) -> bool {
+        let Some(req) = read_request::unanswered(
+            self.annotation(READ_REQUESTED_AT),
+            self.st.last_read_request.as_deref(),
+        ) else {
+            return false;
+        };
+        let retry_due = self.due(self.st.next_reconciliation_time.as_ref());
+        let answer = read_request::decide_schema(
+            &req,
+            self.phase(),
+            self.blocked_reason(),
+            self.running(),
+            retry_due,
+        );
+        match answer {
+            Answer::Wait => false,
+            Answer::Invalid => {
+                self.st.last_read_request = Some(req.recorded.clone());
+                self.event(
+                    true,
+                    Reason::ReadRequestInvalid,
+                    format!(
+                        "{READ_REQUESTED_AT}={:?} is not an RFC 3339 instant",
+                        req.recorded
+                    ),
+                );
+                false
+            }
+            Answer::Answer => {
+                self.st.last_read_request = Some(req.recorded);
+                self.st.next_reconciliation_time = Some(self.now.clone());
+                self.event(false, Reason::ReadRequested, "a read was requested");
+                self.fx.push(Effect::RequeueAt(self.now.clone()));
+                // Pending, a new resource and a Failed one whose retry starts
+                // start the read in this pass.
+                matches!(
+                    self.phase(),
+                    Some(SchemaPhase::InSync)
+                        | Some(SchemaPhase::Blocked)
+                        | Some(SchemaPhase::ReadyToApply)
+                        | Some(SchemaPhase::AwaitingApproval)
+                )
+            }
+            Answer::GiveWay => {
+                self.st.last_read_request = Some(req.recorded);
+                self.give_way();
+                true
+            }
+        }
+    }
+
+    /// A failed read retires its claim for a new Resolve.
+    fn give_way(&mut self) {
+        self.drop_claim();
+        self.event(
+            false,
+            Reason::ReadRestarted,
+            "a failed read gave way to a new Resolve",
+        );
+        self.st.next_reconciliation_time = Some(self.now.clone());
+        self.fx.push(Effect::RequeueAt(self.now.clone()));
+        self.settle(SchemaPhase::Pending, Reason::ReadRestarted, "");
+    }
+
+    fn timers(&mut self) {
+        let next_due = self.due(self.st.next_reconciliation_time.as_ref());
+        if let Some(c) = self.st.active_operation.clone() {
+            // A claim between attempts: retry when its delay ends.
+            // A Job under way, or a claim waiting for its Lease or its delay.
+            if c.dispatch_started
+                || c.retry_not_before.is_none()
+                || !self.due(c.retry_not_before.as_ref())
+            {
+                return;
+            }
+            let interval_passed = c.type_ != OperationType::Resolve
+                && !self.proof_owed()
+                && matches!(self.source_kind(), Some(SourceKind::Git | SourceKind::OCI))
+                && self
+                    .st
+                    .source
+                    .as_ref()
+                    .and_then(|s| s.resolved_at.as_ref())
+                    .is_some_and(|r| plus(r, self.interval()).0 <= self.now.0);
+            if interval_passed && is_read(c.type_) {
+                self.give_way();
+                return;
+            }
+            self.retry(c);
+            return;
+        }
+        match self.phase() {
+            None | Some(SchemaPhase::Pending) => {
+                if self.proof_owed() {
+                    self.start_proof();
+                } else {
+                    self.start_read();
+                }
+            }
+            Some(SchemaPhase::ReadyToApply) => {
+                if next_due {
+                    self.start_read();
+                } else {
+                    self.claim_apply(None);
+                }
+            }
+            Some(SchemaPhase::Blocked) => match self.blocked_reason() {
+                // Realm refusals end on the census's verdict; the engine waits
+                // for an edit; a moved target for its proof or a person.
+                Some(
+                    Reason::RealmConflict
+                    | Reason::RealmNotAuthorized
+                    | Reason::UnsupportedEngine
+                    | Reason::TargetIdentityChanged,
+                ) => {}
+                _ if next_due => self.start_read(),
+                _ => {}
+            },
+            Some(SchemaPhase::InSync | SchemaPhase::AwaitingApproval | SchemaPhase::Failed)
+                if next_due =>
+            {
+                self.start_read()
+            }
+            _ => {}
+        }
+    }
+
+    /// The same operation again under the same claim.
+    fn retry(&mut self, mut c: ActiveOperation) {
+        c.attempt = c.attempt.saturating_add(1);
+        c.job_name = Some(job_name(c.type_, &c.operation_id, c.attempt));
+        c.retry_not_before = None;
+        c.job_uid = None;
+        c.lease_continuity_lost = false;
+        if c.type_ == OperationType::Plan && !self.proof_owed() {
+            c.lease_epoch = None;
+        }
+        self.claim(c);
+    }
+
+    fn snapshot_taken(&mut self, src: &SourceStatus) {
+        let changed = self
+            .st
+            .source
+            .as_ref()
+            .is_none_or(|old| !same_source(old, src));
+        match self.st.active_operation.as_ref() {
+            // An Apply under way, or a proof, stays bound to what it ran from.
+            Some(c) if c.type_ == OperationType::Apply && c.dispatch_started => return,
+            Some(_) if self.proof_owed() => return,
+            Some(c) if c.type_ == OperationType::Apply => {
+                if !changed {
+                    return;
+                }
+                self.drop_claim();
+            }
+            Some(_) => {
+                if !changed {
+                    return;
+                }
+                self.discard_read();
+                self.st.source = Some(src.clone());
+                self.retire_plan(Reason::PlanNoLongerCurrent);
+                return;
+            }
+            None => {
+                let idle_verdict = matches!(
+                    self.phase(),
+                    Some(
+                        SchemaPhase::InSync
+                            | SchemaPhase::Blocked
+                            | SchemaPhase::ReadyToApply
+                            | SchemaPhase::AwaitingApproval
+                            | SchemaPhase::Failed
+                    )
+                );
+                let due = self.due(self.st.next_reconciliation_time.as_ref());
+                if !changed && idle_verdict && !due {
+                    // An edit of an unselected key: same snapshot, same plan.
+                    return;
+                }
+            }
+        }
+        if changed {
+            self.retire_plan(Reason::PlanNoLongerCurrent);
+        }
+        self.st.source = Some(src.clone());
+        self.cond(
+            C::ArtifactResolved,
+            ConditionStatus::True,
+            Reason::SnapshotTaken,
+            &src.revision,
+        );
+        self.start_observe(false);
+    }
+
+    fn source_resolved(&mut self, src: &SourceStatus) {
+        if self.claim_type() != Some(OperationType::Resolve) {
+            return;
+        }
+        self.st.active_operation = None;
+        if self
+            .st
+            .source
+            .as_ref()
+            .is_some_and(|old| !same_source(old, src))
+        {
+            self.retire_plan(Reason::PlanNoLongerCurrent);
+        }
+        let mut src = src.clone();
+        if src.resolved_at.is_none() {
+            src.resolved_at = Some(self.now.clone());
+        }
+        let oci = src.kind == SourceKind::OCI;
+        let reason = if oci {
+            Reason::DigestPinned
+        } else {
+            Reason::CommitResolved
+        };
+        let revision = src.revision.clone();
+        self.st.source = Some(src);
+        self.cond(
+            C::ArtifactResolved,
+            ConditionStatus::True,
+            reason,
+            &revision,
+        );
+        if oci {
+            self.start_verify();
+        } else {
+            self.start_observe(false);
+        }
+    }
+
+    fn source_changed(&mut self) {
+        if self.source_kind() == Some(SourceKind::ConfigMap) {
+            // The snapshot decides whether the selected files moved.
+            self.fx.push(Effect::TakeSnapshot);
+            return;
+        }
+        // A source policy replaced: resolve again under it, and the plan made
+        // under the old one retires.
+        match self.st.active_operation.as_ref() {
+            Some(c) if c.type_ == OperationType::Apply && c.dispatch_started => {}
+            Some(_) if self.proof_owed() => {}
+            Some(c) if c.type_ == OperationType::Apply => {
+                self.drop_claim();
+                self.retire_plan(Reason::PolicyChanged);
+                self.settle(SchemaPhase::Pending, Reason::InputsChanged, "");
+            }
+            Some(_) => {
+                self.retire_plan(Reason::PolicyChanged);
+                self.discard_read();
+            }
+            None => {
+                if self
+                    .blocked_reason()
+                    .is_some_and(read_request::blocked_reason_waits)
+                {
+                    return;
+                }
+                self.retire_plan(Reason::PolicyChanged);
+                self.start_read();
+            }
+        }
+    }
+
+    /// A read whose inputs moved: result discarded, Pending for one pass.
+    /// Between two failed attempts, with no Job of its own, that is the read
+    /// giving way to a new Resolve (`ReadRestarted`), at once.
+    fn discard_read(&mut self) {
+        if matches!(self.running(), Running::ReadBetweenAttempts { .. }) {
+            self.give_way();
+            return;
+        }
+        self.drop_claim();
+        self.event(
+            false,
+            Reason::InputsChanged,
+            "inputs changed: the read's result is discarded",
+        );
+        self.fx.push(Effect::RequeueAt(self.now.clone()));
+        self.settle(SchemaPhase::Pending, Reason::InputsChanged, "");
+    }
+
+    fn verification_policy_changed(&mut self) {
+        if self.source_kind() != Some(SourceKind::OCI)
+            || self.blocked_reason() == Some(Reason::TargetIdentityChanged)
+        {
+            return;
+        }
+        if self.proof_claim() || (self.proof_owed() && self.st.active_operation.is_none()) {
+            self.supersede_proof();
+            self.retire_plan(Reason::PolicyChanged);
+            if self.st.source.is_some() {
+                self.start_verify();
+            }
+            return;
+        }
+        match self.st.active_operation.as_ref() {
+            Some(c) if c.type_ == OperationType::Apply && c.dispatch_started => {}
+            Some(c) if c.type_ == OperationType::Apply => {
+                self.drop_claim();
+                self.retire_plan(Reason::PolicyChanged);
+                self.start_verify();
+            }
+            Some(_) => {
+                self.retire_plan(Reason::PolicyChanged);
+                self.discard_read();
+            }
+            None => {
+                self.retire_plan(Reason::PolicyChanged);
+                if self.st.source.is_some() {
+                    self.start_verify();
+                } else {
+                    self.start_read();
+                }
+            }
+        }
+    }
+
+    /// A newer generation, policy or execution binding took over the proof.
+    fn supersede_proof(&mut self) {
+        let Some(p) = self.st.pending_observation.take() else {
+            return;
+        };
+        if let Some(c) = self.st.active_operation.take() {
+            self.stage_release(&c.operation_id, c.lease_epoch, c.lease_duration_seconds);
+        } else {
+            self.stage_release(
+                &p.apply_operation_id,
+                p.lease_epoch.clone(),
+                p.lease_duration_seconds,
+            );
+        }
+        let mut e = JournalEntry::new(JournalEntryType::Verified, self.now.clone());
+        e.operation_id = Some(p.apply_operation_id.clone());
+        e.plan_name = Some(p.plan_name.clone());
+        e.plan_uid = Some(p.plan_uid.clone());
+        e.plan_fingerprint = Some(p.plan_fingerprint.clone());
+        e.outcome = Some(JournalOutcome::Superseded);
+        e.reason = Some(Reason::ProofInputsChanged);
+        self.journal(e);
+        self.event(
+            false,
+            Reason::ProofInputsChanged,
+            "a newer input took over the proof",
+        );
+    }
+
+    fn drift_observed(&mut self, target: &TargetStatus) {
+        let Some(claim) = self.st.active_operation.clone() else {
+            return;
+        };
+        if claim.type_ != OperationType::Observe {
+            return;
+        }
+        if self.proof_owed() {
+            let planned = self
+                .st
+                .pending_observation
+                .as_ref()
+                .and_then(|p| p.target_identity_digest.clone());
+            if planned.is_some()
+                && target.identity_digest.is_some()
+                && planned != target.identity_digest
+            {
+                self.target_moved_in_proof(claim);
+                return;
+            }
+        }
+        let count = target.drift_finding_count.unwrap_or(0);
+        self.st.target = Some(TargetStatus {
+            last_observed_at: target
+                .last_observed_at
+                .clone()
+                .or_else(|| Some(self.now.clone())),
+            ..target.clone()
+        });
+        let (s, r) = if count > 0 {
+            (ConditionStatus::True, Reason::ScopedChanges)
+        } else {
+            (ConditionStatus::False, Reason::Observed)
+        };
+        self.cond(C::DriftDetected, s, r, "");
+        if self.proof_owed() && self.schema.spec.suspend {
+            // The proof's Job ran to its end; the next one waits for the
+            // resume, with the proof owed and its Lease kept.
+            self.st.active_operation = None;
+            self.settle(SchemaPhase::Suspended, Reason::Suspended, "spec.suspend");
+            return;
+        }
+        let mut plan = self.new_claim(OperationType::Plan, claim.source.clone());
+        if self.proof_owed() {
+            plan.target_identity_digest = claim.target_identity_digest.clone();
+            plan.lease_epoch = claim.lease_epoch.clone();
+            plan.lease_duration_seconds = claim.lease_duration_seconds;
+            self.claim(plan);
+            self.settle(
+                SchemaPhase::VerifyingConvergence,
+                Reason::VerifyingConvergence,
+                "",
+            );
+        } else {
+            self.claim(plan);
+            self.settle(SchemaPhase::Planning, Reason::OperationInProgress, "");
+        }
+    }
+
+    /// The proof read another target: Blocked, claim and Lease kept; only its
+    /// own read runs again, after failureRetryInterval.
+    fn target_moved_in_proof(&mut self, mut claim: ActiveOperation) {
+        claim.type_ = OperationType::Observe;
+        claim.dispatch_started = false;
+        claim.job_uid = None;
+        claim.retry_not_before = Some(plus(self.now, self.retry_interval()));
+        self.st.active_operation = Some(claim);
+        self.block(
+            Reason::TargetIdentityChanged,
+            "the proof read another database than the plan's",
+        );
+    }
+
+    fn planned(&mut self, verdict: &PlanVerdict) {
+        let Some(claim) = self.st.active_operation.clone() else {
+            return;
+        };
+        if claim.type_ != OperationType::Plan {
+            return;
+        }
+        let proof = self.proof_owed();
+        let verdict = if claim.lease_continuity_lost {
+            &PlanVerdict::LockLost
+        } else {
+            verdict
+        };
+        match verdict {
+            PlanVerdict::TargetMoved if proof => self.target_moved_in_proof(claim),
+            PlanVerdict::LockLost if proof => {
+                // The proof's result is discarded; it is owed again next pass.
+                self.st.active_operation = None;
+                self.event(
+                    true,
+                    Reason::LeaseContinuityLost,
+                    "the proof's result was discarded",
+                );
+                self.fx.push(Effect::RequeueAt(self.now.clone()));
+                self.settle(SchemaPhase::Pending, Reason::LeaseContinuityLost, "");
+            }
+            PlanVerdict::TargetMoved | PlanVerdict::LockLost => {
+                let reason = if matches!(verdict, PlanVerdict::LockLost) {
+                    Reason::LeaseContinuityLost
+                } else {
+                    Reason::StaleObservation
+                };
+                self.drop_claim();
+                self.event(false, reason, "planning again from a fresh observation");
+                self.start_observe(false);
+            }
+            PlanVerdict::NoChange {
+                target_identity_digest,
+            } => {
+                self.drop_claim_after_plan(&claim);
+                let reason = if proof {
+                    self.proof_converged(target_identity_digest.clone())
+                } else {
+                    self.retire_plan(Reason::NoChanges);
+                    Reason::ScopedConverged
+                };
+                self.in_sync(reason);
+            }
+            PlanVerdict::Changes {
+                plan,
+                protected_table,
+                ..
+            } => {
+                self.drop_claim_after_plan(&claim);
+                if proof {
+                    self.proof_drift_remains();
+                }
+                self.verdict(plan, *protected_table);
+            }
+        }
+    }
+
+    fn drop_claim_after_plan(&mut self, claim: &ActiveOperation) {
+        self.st.active_operation = None;
+        let (id, epoch, secs) = match &self.st.pending_observation {
+            Some(p) => (
+                p.apply_operation_id.clone(),
+                p.lease_epoch.clone(),
+                p.lease_duration_seconds,
+            ),
+            None => (
+                claim.operation_id.clone(),
+                claim.lease_epoch.clone(),
+                claim.lease_duration_seconds,
+            ),
+        };
+        self.stage_release(&id, epoch, secs);
+    }
+
+    fn in_sync(&mut self, reason: Reason) {
+        self.cond(C::InSync, ConditionStatus::True, reason, "");
+        self.cond(C::PlanReady, ConditionStatus::False, Reason::NoChanges, "");
+        self.cond(
+            C::ApprovalRequired,
+            ConditionStatus::False,
+            Reason::NotRequired,
+            "",
+        );
+        self.cond(
+            C::ReconciliationFailed,
+            ConditionStatus::False,
+            Reason::Succeeded,
+            "",
+        );
+        self.settle(SchemaPhase::InSync, reason, "");
+        self.schedule_interval();
+    }
+
+    /// The proof found nothing to change: the Apply is confirmed. Returns the
+    /// `InSync` reason.
+    fn proof_converged(&mut self, identity: Option<String>) -> Reason {
+        let Some(p) = self.st.pending_observation.take() else {
+            return Reason::ScopedConverged;
+        };
+        let reason = match p.outcome {
+            ApplyOutcome::ApplySucceeded => Reason::ScopedConverged,
+            ApplyOutcome::OutcomeUnknown => Reason::ConvergedAfterUnknownOutcome,
+        };
+        let plan = self.st.plan.take();
+        self.st.applied = Some(AppliedStatus {
+            operation_id: p.apply_operation_id.clone(),
+            plan_name: p.plan_name.clone(),
+            plan_uid: p.plan_uid.clone(),
+            plan_fingerprint: p.plan_fingerprint.clone(),
+            source: p.source.clone(),
+            source_revision: self.st.source.as_ref().map(|s| s.revision.clone()),
+            coordination_digest: p.coordination_digest.clone(),
+            target_identity_digest: identity.or(p.target_identity_digest.clone()),
+            execution_binding: self.st.execution_binding.clone(),
+            authorization: plan.as_ref().map(|pl| {
+                if pl.approval.is_some() {
+                    Authorization::Approval
+                } else {
+                    Authorization::Policy
+                }
+            }),
+            approval: plan.and_then(|pl| pl.approval),
+            job_name: p.apply_job_name.clone(),
+            job_uid: p.apply_job_uid.clone(),
+            started_at: None,
+            completed_at: self.now.clone(),
+        });
+        let mut e = JournalEntry::new(JournalEntryType::Verified, self.now.clone());
+        e.operation_id = Some(p.apply_operation_id.clone());
+        e.plan_name = Some(p.plan_name.clone());
+        e.plan_uid = Some(p.plan_uid.clone());
+        e.plan_fingerprint = Some(p.plan_fingerprint.clone());
+        e.outcome = Some(JournalOutcome::InSync);
+        e.reason = Some(reason);
+        self.journal(e);
+        self.cond(C::Applying, ConditionStatus::False, reason, "");
+        reason
+    }
+
+    fn proof_drift_remains(&mut self) {
+        let Some(p) = self.st.pending_observation.take() else {
+            return;
+        };
+        // The plan the Apply ran is carried out: it is no longer current.
+        if self.st.plan.as_ref().is_some_and(|pl| pl.uid == p.plan_uid) {
+            self.st.plan = None;
+        }
+        let mut e = JournalEntry::new(JournalEntryType::Verified, self.now.clone());
+        e.operation_id = Some(p.apply_operation_id.clone());
+        e.plan_name = Some(p.plan_name.clone());
+        e.plan_uid = Some(p.plan_uid.clone());
+        e.plan_fingerprint = Some(p.plan_fingerprint.clone());
+        e.outcome = Some(JournalOutcome::DriftRemains);
+        e.reason = Some(Reason::ScopedChanges);
+        self.journal(e);
+        self.cond(
+            C::Applying,
+            ConditionStatus::False,
+            Reason::ScopedChanges,
+            "",
+        );
+    }
+
+    /// A plan's verdict, as from Planning.
+    fn verdict(&mut self, plan: &SchemaPlanSummary, protected_table: bool) {
+        let policy = &self.schema.spec.policy;
+        let privilege = !plan.privilege_changes.is_empty();
+        let automatic = policy.apply == ApplyPolicy::Always && !plan.destructive && !privilege;
+        let mut plan = plan.clone();
+        plan.approval_required = policy.apply != ApplyPolicy::Never && !automatic;
+        let same = self
+            .st
+            .plan
+            .as_ref()
+            .is_some_and(|old| old.uid == plan.uid && old.fingerprint == plan.fingerprint);
+        if same {
+            // Republished while refreshing: the same plan, and any approval it has.
+            if let Some(old) = self.st.plan.as_ref() {
+                plan.approval = old.approval.clone();
+            }
+        } else {
+            let retired = self.retire_plan(Reason::PlanStale);
+            let replaced = retired
+                .filter(|r| r.approval_required || r.approval.is_some())
+                .map(|r| r.name)
+                .or_else(|| self.unrun_published_plan(&plan.uid));
+            self.st.plan = Some(plan.clone());
+            let mut e = JournalEntry::new(
+                JournalEntryType::PlanPublished,
+                plan.created_at.clone().unwrap_or_else(|| self.now.clone()),
+            );
+            e.plan_name = Some(plan.name.clone());
+            e.plan_uid = Some(plan.uid.clone());
+            e.plan_fingerprint = Some(plan.fingerprint.clone());
+            e.approval_required = Some(plan.approval_required);
+            e.replaced = replaced;
+            self.journal(e);
+            self.fx.push(Effect::PublishPlan {
+                name: plan.name.clone(),
+            });
+            self.event(
+                false,
+                Reason::Published,
+                format!("plan {} published", plan.name),
+            );
+        }
+        self.st.plan = Some(plan.clone());
+        self.cond(C::InSync, ConditionStatus::False, Reason::ScopedChanges, "");
+        self.cond(
+            C::PlanReady,
+            ConditionStatus::True,
+            Reason::PlanReady,
+            &plan.name,
+        );
+        self.cond(
+            C::ReconciliationFailed,
+            ConditionStatus::False,
+            Reason::Succeeded,
+            "",
+        );
+        let blocked = if protected_table {
+            Some(Reason::ProtectedTable)
+        } else if plan.destructive && !policy.allow_destructive {
+            Some(Reason::DestructiveChangesDisabled)
+        } else if policy.apply == ApplyPolicy::Never {
+            Some(Reason::ApplyDisabled)
+        } else {
+            None
+        };
+        if let Some(reason) = blocked {
+            self.cond(C::ApprovalRequired, ConditionStatus::False, reason, "");
+            self.block(reason, "");
+        } else if automatic {
+            self.cond(
+                C::ApprovalRequired,
+                ConditionStatus::False,
+                Reason::NotRequired,
+                "",
+            );
+            self.settle(SchemaPhase::ReadyToApply, Reason::ApplyPending, "");
+            self.schedule_interval();
+            self.fx.push(Effect::RequeueAt(self.now.clone()));
+        } else {
+            let reason = if privilege {
+                Reason::PrivilegeChanges
+            } else {
+                Reason::AwaitingApproval
+            };
+            self.cond(
+                C::ApprovalRequired,
+                ConditionStatus::True,
+                reason,
+                &plan.name,
+            );
+            self.settle(SchemaPhase::AwaitingApproval, Reason::AwaitingApproval, "");
+            self.schedule_interval();
+        }
+    }
+
+    /// The plan the journal's newest `PlanPublished` names, when a person could
+    /// approve it or had approved it and it never ran: a plan retired by a
+    /// stale input before this one was computed.
+    fn unrun_published_plan(&self, new_uid: &str) -> Option<String> {
+        let journal = &self.st.journal;
+        let i = journal
+            .iter()
+            .rposition(|e| e.type_ == JournalEntryType::PlanPublished)?;
+        let published = &journal[i];
+        let uid = published.plan_uid.as_deref()?;
+        if uid == new_uid {
+            return None;
+        }
+        let later = &journal[i + 1..];
+        let ran = later.iter().any(|e| {
+            e.plan_uid.as_deref() == Some(uid)
+                && matches!(
+                    e.type_,
+                    JournalEntryType::ApplyFinished | JournalEntryType::Verified
+                )
+        });
+        let approved = later.iter().any(|e| {
+            e.type_ == JournalEntryType::ApprovalAccepted && e.plan_uid.as_deref() == Some(uid)
+        });
+        let approvable = published.approval_required == Some(true) || approved;
+        (approvable && !ran)
+            .then(|| published.plan_name.clone())
+            .flatten()
+    }
+
+    fn approval_exists(&mut self, seen: &ApprovalSeen) {
+        if self.phase() != Some(SchemaPhase::AwaitingApproval) || self.st.active_operation.is_some()
+        {
+            return;
+        }
+        let current = self
+            .st
+            .plan
+            .as_ref()
+            .is_some_and(|p| p.uid == seen.plan_uid && p.fingerprint == seen.plan_fingerprint);
+        if !current || self.schema.spec.suspend {
+            return;
+        }
+        self.claim_apply(Some(seen));
+    }
+
+    /// Claims the Apply of the current plan: every gate holds.
+    fn claim_apply(&mut self, approval: Option<&ApprovalSeen>) {
+        let Some(plan) = self.st.plan.clone() else {
+            return;
+        };
+        let mut c = self.new_claim(OperationType::Apply, self.current_binding());
+        c.plan_name = Some(plan.name.clone());
+        c.plan_uid = Some(plan.uid.clone());
+        c.plan_fingerprint = Some(plan.fingerprint.clone());
+        match approval {
+            Some(a) => {
+                c.authorization = Some(Authorization::Approval);
+                c.approval_name = Some(a.name.clone());
+                c.approval_uid = Some(a.uid.clone());
+                c.approver = a.approver.clone();
+                if let Some(p) = self.st.plan.as_mut() {
+                    p.approval = Some(ConsumedApproval {
+                        name: a.name.clone(),
+                        uid: a.uid.clone(),
+                        approver: a.approver.clone(),
+                        approved_at: a.approved_at.clone(),
+                    });
+                }
+            }
+            None => c.authorization = Some(Authorization::Policy),
+        }
+        self.claim(c);
+        self.cond(C::Applying, ConditionStatus::True, Reason::ApplyPending, "");
+        self.settle(SchemaPhase::Applying, Reason::OperationInProgress, "");
+    }
+
+    fn lease_acquired(&mut self, epoch: &str, secs: i32) {
+        let Some(mut c) = self.st.active_operation.clone() else {
+            return;
+        };
+        if c.dispatch_started || c.lease_epoch.is_some() {
+            return;
+        }
+        c.lease_epoch = Some(epoch.to_owned());
+        c.lease_duration_seconds = Some(secs);
+        if c.type_ == OperationType::Apply {
+            if let (Some(name), Some(uid)) = (c.approval_name.clone(), c.approval_uid.clone()) {
+                // The approval is spent once, at dispatch.
+                self.fx.push(Effect::SpendApproval {
+                    name: name.clone(),
+                    uid: uid.clone(),
+                });
+                let mut e = JournalEntry::new(JournalEntryType::ApprovalAccepted, self.now.clone());
+                e.operation_id = Some(c.operation_id.clone());
+                e.plan_name = c.plan_name.clone();
+                e.plan_uid = c.plan_uid.clone();
+                e.plan_fingerprint = c.plan_fingerprint.clone();
+                e.approval_name = Some(name);
+                e.approval_uid = Some(uid);
+                e.approver = c.approver.clone();
+                e.authorization = Some(Authorization::Approval);
+                self.journal(e);
+            }
+            self.cond(C::Applying, ConditionStatus::True, Reason::Active, "");
+        }
+        c.dispatch_started = true;
+        self.fx.push(Effect::StartJob {
+            operation: c.type_,
+            job_name: c.job_name.clone().unwrap_or_default(),
+        });
+        self.st.active_operation = Some(c);
+    }
+
+    fn lease_lost(&mut self) {
+        let Some(c) = self.st.active_operation.clone() else {
+            return;
+        };
+        match c.type_ {
+            // A dispatched Apply is followed to its end whatever the Lease
+            // says; an undispatched one waits for the Lease.
+            OperationType::Apply if !c.dispatch_started => {
+                self.fx
+                    .push(Effect::RequeueAt(plus(self.now, Duration::from_secs(5))));
+            }
+            OperationType::Apply => {}
+            _ if self.proof_owed() => {
+                self.st.active_operation = None;
+                self.fx.push(Effect::RequeueAt(self.now.clone()));
+                self.settle(SchemaPhase::Pending, Reason::LeaseContinuityLost, "");
+            }
+            OperationType::Plan if c.lease_epoch.is_some() => {
+                self.drop_claim();
+                self.start_observe(false);
+            }
+            OperationType::Plan => {
+                self.fx
+                    .push(Effect::RequeueAt(plus(self.now, Duration::from_secs(5))));
+            }
+            _ => {}
+        }
+    }
+
+    fn read_failed(&mut self, reason: Reason, message: &str) {
+        let Some(mut c) = self.st.active_operation.clone() else {
+            return;
+        };
+        let mut e = JournalEntry::new(JournalEntryType::OperationFailed, self.now.clone());
+        e.operation = Some(c.type_);
+        e.reason = Some(reason);
+        e.job_name = c.job_name.clone();
+        e.job_uid = c.job_uid.clone();
+        self.journal(e);
+        // Between attempts a Plan holds no Lease; a proof keeps its own.
+        if c.type_ == OperationType::Plan && !self.proof_owed() {
+            self.stage_release(
+                &c.operation_id,
+                c.lease_epoch.take(),
+                c.lease_duration_seconds,
+            );
+        }
+        c.dispatch_started = false;
+        c.job_uid = None;
+        c.retry_not_before = Some(plus(self.now, self.retry_interval()));
+        self.st.active_operation = Some(c);
+        self.cond(
+            C::ReconciliationFailed,
+            ConditionStatus::True,
+            reason,
+            message,
+        );
+        self.event(true, reason, message);
+        if self.blocked_reason() != Some(Reason::TargetIdentityChanged) {
+            self.settle(SchemaPhase::Failed, reason, message);
+        }
+    }
+
+    fn job_not_built(&mut self, reason: Reason, message: &str) {
+        let Some(mut c) = self.st.active_operation.clone() else {
+            return;
+        };
+        if is_read(c.type_) {
+            self.read_failed(reason, message);
+            return;
+        }
+        // No Apply Job exists: the claim tries again after the retry delay.
+        c.dispatch_started = false;
+        c.job_uid = None;
+        c.retry_not_before = Some(plus(self.now, self.retry_interval()));
+        self.st.active_operation = Some(c);
+        let mut e = JournalEntry::new(JournalEntryType::OperationFailed, self.now.clone());
+        e.operation = Some(OperationType::Apply);
+        e.reason = Some(reason);
+        self.journal(e);
+        self.cond(
+            C::ReconciliationFailed,
+            ConditionStatus::True,
+            reason,
+            message,
+        );
+        self.event(true, reason, message);
+        self.settle(SchemaPhase::Failed, reason, message);
+    }
+
+    /// An Apply Job ended or was lost: the read-only proof comes next, never a
+    /// replay.
+    fn apply_ended(&mut self, reported_success: bool, job_uid: Option<String>) {
+        let Some(c) = self.st.active_operation.take() else {
+            return;
+        };
+        let outcome = if reported_success {
+            ApplyOutcome::ApplySucceeded
+        } else {
+            ApplyOutcome::OutcomeUnknown
+        };
+        let job_uid = job_uid.or(c.job_uid.clone());
+        self.st.pending_observation = Some(PendingObservation {
+            outcome,
+            apply_operation_id: c.operation_id.clone(),
+            apply_job_name: c.job_name.clone(),
+            apply_job_uid: job_uid.clone(),
+            apply_generation: self.generation(),
+            observe_after: None,
+            plan_name: c.plan_name.clone().unwrap_or_default(),
+            plan_uid: c.plan_uid.clone().unwrap_or_default(),
+            plan_fingerprint: c.plan_fingerprint.clone().unwrap_or_default(),
+            source: c.source.clone(),
+            coordination_digest: c.coordination_digest.clone(),
+            target_identity_digest: c.target_identity_digest.clone(),
+            lease_epoch: c.lease_epoch.clone(),
+            lease_duration_seconds: c.lease_duration_seconds,
+            recorded_at: self.now.clone(),
+        });
+        let mut e = JournalEntry::new(JournalEntryType::ApplyFinished, self.now.clone());
+        e.operation_id = Some(c.operation_id.clone());
+        e.plan_name = c.plan_name.clone();
+        e.plan_uid = c.plan_uid.clone();
+        e.plan_fingerprint = c.plan_fingerprint.clone();
+        e.authorization = c.authorization;
+        e.approval_name = c.approval_name.clone();
+        e.approval_uid = c.approval_uid.clone();
+        e.job_name = c.job_name.clone();
+        e.job_uid = job_uid;
+        e.started_at = Some(c.started_at.clone());
+        e.outcome = Some(if reported_success {
+            JournalOutcome::Succeeded
+        } else {
+            JournalOutcome::Unknown
+        });
+        e.reason = Some(if reported_success {
+            Reason::JobCompleted
+        } else {
+            Reason::ApplyOutcomeUnknown
+        });
+        self.journal(e);
+        if !reported_success {
+            self.event(
+                true,
+                Reason::ApplyOutcomeUnknown,
+                "the Apply's outcome is unknown: a fresh read comes next",
+            );
+        }
+        self.cond(
+            C::Applying,
+            ConditionStatus::False,
+            Reason::JobCompleted,
+            "",
+        );
+        if self.schema.spec.suspend {
+            self.settle(SchemaPhase::Suspended, Reason::Suspended, "spec.suspend");
+        } else {
+            self.start_proof();
+        }
+    }
+
+    fn realm(&mut self, verdict: RealmVerdict) {
+        let blocked_by_realm = matches!(
+            self.blocked_reason(),
+            Some(Reason::RealmConflict | Reason::RealmNotAuthorized)
+        );
+        match verdict {
+            RealmVerdict::Ok if blocked_by_realm => {
+                self.st.next_reconciliation_time = None;
+                self.start_read();
+            }
+            RealmVerdict::Ok => {}
+            RealmVerdict::Conflict | RealmVerdict::NotAuthorized => {
+                if self.st.active_operation.is_some() || self.proof_owed() {
+                    return;
+                }
+                let reason = if verdict == RealmVerdict::Conflict {
+                    Reason::RealmConflict
+                } else {
+                    Reason::RealmNotAuthorized
+                };
+                self.block(reason, "the database realm does not admit this resource");
+            }
+        }
+    }
+
+    fn inputs_moved(&mut self, what: InputMove) {
+        let execution = matches!(what, InputMove::Execution(_));
+        if let InputMove::Execution(binding) = &what {
+            self.st.execution_binding = Some(binding.clone());
+        }
+        if self.proof_owed() {
+            let dispatched_apply = self
+                .st
+                .active_operation
+                .as_ref()
+                .is_some_and(|c| c.type_ == OperationType::Apply);
+            // A proof whose target moved ends only when the target is back or
+            // a person settles it.
+            let target_moved = self.blocked_reason() == Some(Reason::TargetIdentityChanged);
+            if !dispatched_apply && !target_moved {
+                self.supersede_proof();
+                if execution {
+                    self.retire_plan(Reason::ExecutionBindingChanged);
+                }
+                self.fx.push(Effect::RequeueAt(self.now.clone()));
+                self.settle(SchemaPhase::Pending, Reason::ProofInputsChanged, "");
+            }
+            return;
+        }
+        match self.st.active_operation.as_ref() {
+            Some(c) if c.type_ == OperationType::Apply && c.dispatch_started => {}
+            Some(c) if c.type_ == OperationType::Apply => {
+                self.drop_claim();
+                if execution {
+                    self.retire_plan(Reason::ExecutionBindingChanged);
+                }
+                self.cond(
+                    C::Applying,
+                    ConditionStatus::False,
+                    Reason::InputsChanged,
+                    "",
+                );
+                self.fx.push(Effect::RequeueAt(self.now.clone()));
+                self.settle(SchemaPhase::Pending, Reason::InputsChanged, "");
+            }
+            Some(_) => self.discard_read(),
+            None => {
+                if execution {
+                    self.retire_plan(Reason::ExecutionBindingChanged);
+                    self.fx.push(Effect::RequeueAt(self.now.clone()));
+                    self.settle(SchemaPhase::Pending, Reason::ExecutionBindingChanged, "");
+                } else if self.phase() != Some(SchemaPhase::Suspended) || !self.schema.spec.suspend
+                {
+                    if self.schema.spec.suspend {
+                        self.suspend();
+                    } else {
+                        self.st.next_reconciliation_time = None;
+                        self.start_read();
+                    }
+                }
+            }
+        }
+    }
+
+    fn settled_apply(&mut self) {
+        if self.blocked_reason() != Some(Reason::TargetIdentityChanged) {
+            return;
+        }
+        let Some(p) = self.st.pending_observation.clone() else {
+            return;
+        };
+        if self.annotation(SETTLED_APPLY) != Some(p.apply_operation_id.as_str()) {
+            return;
+        }
+        self.st.pending_observation = None;
+        if let Some(c) = self.st.active_operation.take() {
+            self.stage_release(&c.operation_id, c.lease_epoch, c.lease_duration_seconds);
+        }
+        let mut e = JournalEntry::new(JournalEntryType::Verified, self.now.clone());
+        e.operation_id = Some(p.apply_operation_id.clone());
+        e.plan_name = Some(p.plan_name.clone());
+        e.plan_uid = Some(p.plan_uid.clone());
+        e.plan_fingerprint = Some(p.plan_fingerprint.clone());
+        e.outcome = Some(JournalOutcome::Unknown);
+        e.reason = Some(Reason::TargetIdentityChanged);
+        self.journal(e);
+        self.fx.push(Effect::RequeueAt(self.now.clone()));
+        self.settle(
+            SchemaPhase::Pending,
+            Reason::Requested,
+            "a person settled the Apply",
+        );
+    }
+
+    /// The next instant a timer of this status fires.
+    fn requeue(&mut self) {
+        if self.fx.iter().any(|e| matches!(e, Effect::RequeueAt(_))) {
+            return;
+        }
+        let at = match &self.st.active_operation {
+            Some(c) if !c.dispatch_started => c.retry_not_before.clone(),
+            Some(_) => None,
+            None => match self.phase() {
+                Some(SchemaPhase::Suspended) => None,
+                _ => self.st.next_reconciliation_time.clone(),
+            },
+        };
+        if let Some(at) = at {
+            self.fx.push(Effect::RequeueAt(at));
+        }
+    }
+}
+
+enum InputMove {
+    Generation,
+    Execution(ExecutionBinding),
+}
+
+/// The claim's deterministic Job name: operation, claim and attempt.
+pub fn job_name(op: OperationType, operation_id: &str, attempt: i32) -> String {
+    let short: String = operation_id
+        .trim_start_matches("sha256:")
+        .chars()
+        .take(16)
+        .collect();
+    format!(
+        "ptah-{}-{short}-{attempt}",
+        format!("{op:?}").to_ascii_lowercase()
+    )
+}
+
+/// Whether an engine is one the operator implements (the controller sends
+/// [`Observation::EngineUnsupported`] otherwise).
+pub fn engine_supported(schema: &PtahSchema) -> bool {
+    DatabaseEngine::from_spec(&schema.spec.target.engine).is_some()
+}
+
+#[cfg(test)]
+#[path = "schema_tests.rs"]
+mod tests;
