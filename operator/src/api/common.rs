@@ -38,10 +38,11 @@ pub mod pattern {
     pub const GIT_REF_NAME: &str = r"^[^-\s~^:?*\[\\\x00-\x1f\x7f][^\s~^:?*\[\\\x00-\x1f\x7f]*$";
     /// The URL schemes a Git source may use.
     pub const GIT_URL: &str = r"^(https?|ssh|git|file)://\S+$";
-    /// An OCI reference: `oci://<registry>/<repository>[:tag|@sha256:…]`.
+    /// An OCI reference: `oci://<registry>/<repository>` and then `:<tag>` or `@sha256:<digest>`.
     /// A tag or a digest is required: an implicit `latest` would move under
     /// the resource without the manifest saying so.
-    pub const OCI_REF: &str = r"^oci://[^\s/?#]+/[^\s?#@:]+(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[a-f0-9]{64})$";
+    pub const OCI_REF: &str =
+        r"^oci://[^\s/?#]+/[^\s?#@:]+(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[a-f0-9]{64})$";
     /// A SQLSTATE code.
     pub const SQLSTATE: &str = r"^[0-9A-Z]{5}$";
     /// A Go duration as CEL sees it (`ns`, `us`, `ms`, `s`, `m`, `h`).

@@ -94,7 +94,7 @@
 //! | read → Failed (Job failed; claim stays) | `read_job_failed_goes_failed_claim_kept` |
 //! | read → Failed (Job could not be built; claim stays) | `read_job_unbuildable_goes_failed_claim_kept` |
 //! | read → Suspended (claim dropped) | `read_under_way_suspend_drops_claim` |
-//! | read → Suspended, a proof's Job runs to its end first | `read_under_way_suspend_drops_claim_but_proof_runs_to_end`, `suspend_during_apply_lets_it_finish_and_starts_no_new_job` |
+//! | read → Suspended, a proof's Job runs to its end first | `read_under_way_suspend_drops_claim_but_proof_runs_to_end`, `proof_plan_under_way_when_suspended_concludes`, `suspend_during_apply_lets_it_finish_and_starts_no_new_job` |
 //! | read → Pending (inputs changed, result discarded) | `read_inputs_changed_discards_result_goes_pending` |
 //! | Blocked → Resolving (interval ended) | `blocked_interval_ends_goes_resolving` |
 //! | Blocked → Resolving (input changed) | `blocked_input_changed_goes_resolving` |
