@@ -539,7 +539,9 @@ impl Harness {
         fs::create_dir_all(images.join("base"))?;
         let map: BTreeMap<&str, PathBuf> = [
             (OPERATOR_IMAGE, images.join("operator")),
+            (OPERATOR_IMAGE_PINNED, images.join("operator")),
             (EXECUTOR_IMAGE, images.join("executor")),
+            (EXECUTOR_IMAGE_PINNED, images.join("executor")),
             (BASE_IMAGE, images.join("base")),
         ]
         .into_iter()
@@ -834,6 +836,11 @@ impl Harness {
 /// Image references the process kubelet maps to directories.
 pub const OPERATOR_IMAGE: &str = "ghcr.io/ptah-run/ptah-operator:dev";
 pub const EXECUTOR_IMAGE: &str = "ghcr.io/ptah-run/ptah-executor:dev";
+/// [`OPERATOR_IMAGE`] pinned by a digest (a fixed value, not the digest of
+/// any real image): the Job builder takes only images pinned by digest.
+pub const OPERATOR_IMAGE_PINNED: &str = "ghcr.io/ptah-run/ptah-operator@sha256:adadadadadadadadadadadadadadadadadadadadadadadadadadadadadadadad";
+/// [`EXECUTOR_IMAGE`] pinned by a digest, likewise.
+pub const EXECUTOR_IMAGE_PINNED: &str = "ghcr.io/ptah-run/ptah-executor@sha256:aeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeaeae";
 /// An image with nothing of its own: the sandbox's base (the host's /usr,
 /// /bin, /lib read-only) gives it a shell and coreutils, for tests.
 pub const BASE_IMAGE: &str = "docker.io/library/busybox:1.36";

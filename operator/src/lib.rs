@@ -9,6 +9,7 @@
 pub mod api;
 pub mod execution;
 pub mod lifecycle;
+pub mod runner;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -1,40 +1,158 @@
 //! The runner: PID 1 of every operation container and of the source init
-//! containers. It runs exactly one operation and delivers one result.
-use clap::{Parser, Subcommand};
+//! containers. It runs exactly one step and delivers one result; the command
+//! lines, result documents and exit codes are documented in
+//! [`ptah_operator::runner`].
+use std::io::Write;
 
-/// Runs one Ptah operation inside a Job and delivers its result.
-#[derive(Parser)]
-#[command(name = "ptah-runner", version = ptah_operator::VERSION)]
-struct Args {
-    #[command(subcommand)]
-    operation: Operation,
-}
+use clap::Parser;
+use clap::error::ErrorKind;
+use ptah_operator::runner::cli::Cli;
+use ptah_operator::runner::{self, EXIT_FAILED, EXIT_USAGE, Outcome, Summary};
 
-#[derive(Subcommand)]
-enum Operation {
-    /// Resolve a Git or OCI source to a commit or digest (stage 1).
-    Resolve,
-    /// Verify an OCI artifact against its verification policy (stage 1).
-    Verify,
-    /// Read a schema's drift report from the database (stage 2).
-    Observe,
-    /// Compute a scoped plan under the realm Lease (stage 2).
-    Plan,
-    /// Apply the exact published plan bytes, or a migration sequence (stage 4).
-    Apply,
-    /// Read a migration history (stages 2 and 5).
-    History,
-}
-
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let name = match args.operation {
-        Operation::Resolve => "Resolve",
-        Operation::Verify => "Verify",
-        Operation::Observe => "Observe",
-        Operation::Plan => "Plan",
-        Operation::Apply => "Apply",
-        Operation::History => "History",
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                e.exit();
+            }
+            // The termination message says which flag was refused, so the
+            // Pod's status shows it without its log.
+            let path = termination_path_from_args();
+            let message = usage_message(&e);
+            runner::write_summary(
+                &path,
+                &Summary {
+                    outcome: Outcome::InvalidInput,
+                    step: "arguments",
+                    digest: None,
+                    commit: None,
+                    rule: None,
+                    file: None,
+                    message: Some(message.trim_end().to_string()),
+                },
+            );
+            eprintln!("{message}");
+            std::process::exit(EXIT_USAGE);
+        }
     };
-    anyhow::bail!("operation {name} is not implemented yet; see README.md")
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let termination_log = cli.termination_log.clone();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ptah-runner: cannot start the runtime: {e}");
+            std::process::exit(EXIT_FAILED);
+        }
+    };
+    let finished = rt.block_on(runner::run_step(cli.command));
+    // A step stopped at its deadline may leave a blocking fetch behind: do
+    // not wait for it.
+    rt.shutdown_background();
+
+    let document = serde_json::to_string_pretty(&finished.document).unwrap_or_default();
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{document}");
+        let _ = out.flush();
+    }
+    if let Some(path) = &finished.result_file
+        && let Err(e) = std::fs::write(path, &document)
+    {
+        eprintln!(
+            "ptah-runner: cannot write the result to {}: {e}",
+            path.display()
+        );
+    }
+    if let Some(error) = &finished.document.error {
+        eprintln!("ptah-runner: {}: {}", finished.document.step, error.message);
+    }
+    runner::write_summary(&termination_log, &finished.document.summary());
+    std::process::exit(finished.exit_code);
+}
+
+/// `--termination-log=` when given (hidden; tests), else the kubelet's default.
+fn termination_path_from_args() -> std::path::PathBuf {
+    std::env::args()
+        .find_map(|a| a.strip_prefix("--termination-log=").map(Into::into))
+        .unwrap_or_else(|| "/dev/termination-log".into())
+}
+
+/// clap's refusal without the refused value where clap would echo it (a
+/// URL given with credentials must not print them), and with any
+/// `scheme://user:password@` scrubbed from what is left.
+fn usage_message(e: &clap::Error) -> String {
+    use clap::error::ContextKind;
+    let text = if e.kind() == ErrorKind::ValueValidation {
+        let arg = e
+            .get(ContextKind::InvalidArg)
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "an argument".into());
+        let why = std::error::Error::source(e)
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "invalid".into());
+        format!("error: invalid value for '{arg}': {why}")
+    } else {
+        e.render().to_string()
+    };
+    scrub_userinfo(text.trim_end())
+}
+
+/// Replaces the userinfo of every `scheme://userinfo@host` in `text`.
+fn scrub_userinfo(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c == '/' || c.is_whitespace() || c == '\'' || c == '"')
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match authority.rfind('@') {
+            Some(at) => {
+                out.push_str("[redacted]");
+                out.push_str(&authority[at..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn userinfo_is_scrubbed() {
+        assert_eq!(
+            scrub_userinfo("bad 'https://u:s3cret@git.example/x.git' and git://h/x"),
+            "bad 'https://[redacted]@git.example/x.git' and git://h/x"
+        );
+    }
+
+    #[test]
+    fn a_refused_url_is_not_echoed() {
+        let e = Cli::try_parse_from([
+            "ptah-runner",
+            "source",
+            "fetch",
+            "git",
+            "--url=https://u:s3cret@git.example/x.git",
+            "--commit=0123456789abcdef0123456789abcdef01234567",
+            "--content-digest=sha256:3333333333333333333333333333333333333333333333333333333333333333",
+            "--out=/source",
+        ])
+        .unwrap_err();
+        let m = usage_message(&e);
+        assert!(m.contains("--url"), "{m}");
+        assert!(!m.contains("s3cret"), "{m}");
+    }
 }

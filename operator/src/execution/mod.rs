@@ -5,3 +5,4 @@
 #[cfg(feature = "testing")]
 pub mod examples;
 pub mod job;
+pub mod snapshot;

@@ -1,0 +1,950 @@
+//! `ptah-runner`'s source steps end to end: real Jobs made by the Job
+//! builder (`build_job`), run by the real Job controller and the process
+//! kubelet, against the harness's real git daemon and OCI registry, with
+//! signatures by the real pinned cosign.
+//!
+//! * A ConfigMap snapshot (made with `supplychain::snapshot`, created
+//!   immutable) is checked by the `source` init container and its files are
+//!   read by the main container from `/source`.
+//! * The same snapshot name recreated with one file changed makes the init
+//!   container refuse: its termination message names the file, and the
+//!   container holding the database URL never starts.
+//! * A Git fetch init container fetches the recorded commit from the git
+//!   daemon, and refuses a wrong content digest.
+//! * A Resolve Job answers the digest a tag names on the plain-HTTP registry.
+//! * A Verify Job accepts a cosign-signed artifact under a policy with the
+//!   signer's key, and refuses it under another key, naming the rule.
+//!
+//! The database operations (Observe here) run the Ptah executor, which the
+//! harness does not have (docs/executor.md): where the step under test is the
+//! init container, the main container's command is replaced by a shell that
+//! lists `/source`, so what the init container copied is observable.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ContainerStateTerminated, ContainerStatus, Namespace, Pod, Secret, ServiceAccount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, Resource};
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Reference, client::Client as OciClient};
+use serde_json::{Value, json};
+
+use conformance::gitserve::{Endpoints, commit_files, create_repo, parse_env_file};
+use conformance::harness::{EXECUTOR_IMAGE_PINNED, Harness, OPERATOR_IMAGE_PINNED};
+use operator::api::source::{
+    GitRef, OciTransport, RegistryAuth as SourceRegistryAuth, RegistryAuthMode,
+};
+use operator::api::status::OperationType;
+use operator::execution::examples::{self, Kind};
+use operator::execution::job::{
+    GitInput, Images, JobInput, OPERATION_CONTAINER, OciInput, OwnerKind, SOURCE_CONTAINER,
+    SourceInput, build_job,
+};
+use operator::testing;
+use supplychain::manifest::{Limits, Manifest};
+use supplychain::oci::{SCHEMA_ARTIFACT_TYPE, SCHEMA_LAYER_TYPE};
+use supplychain::snapshot::{self, SourceConfigMap};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One test's namespace with a real PtahSchema owner (so the garbage
+/// collector keeps the Jobs), deleted at the end, also when the test fails.
+struct Scope {
+    harness: &'static Harness,
+    client: Client,
+    ns: String,
+    owner_uid: String,
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        let (harness, ns) = (self.harness, self.ns.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let client = harness.client().await?;
+                let _ = Api::<Namespace>::all(client)
+                    .delete(&ns, &DeleteParams::default())
+                    .await;
+                Ok::<_, anyhow::Error>(())
+            })
+        })
+        .join();
+    }
+}
+
+impl Scope {
+    async fn new(test: &str) -> anyhow::Result<Scope> {
+        let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
+        let client = harness.client().await?;
+        conformance::crds::install(&client).await?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .subsec_nanos();
+        let ns = format!("rs-{test}-{:05x}", nanos & 0xfffff);
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+            )
+            .await?;
+        let mut scope = Scope {
+            harness,
+            client: client.clone(),
+            ns: ns.clone(),
+            owner_uid: String::new(),
+        };
+        let sas: Api<ServiceAccount> = scope.api();
+        poll("the default ServiceAccount", || async {
+            Ok(sas.get_opt("default").await?)
+        })
+        .await?;
+        let mut schema = testing::schema_example();
+        schema.metadata = serde_json::from_value(json!({"name": "orders", "namespace": ns}))?;
+        schema.status = None;
+        let schema = Api::namespaced(client, &ns)
+            .create(&PostParams::default(), &schema)
+            .await
+            .context("creating the PtahSchema owner")?;
+        scope.owner_uid = schema.metadata.uid.context("schema uid")?;
+        Ok(scope)
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// The example input of `op` on `kind`, made real: this namespace's
+    /// owner, a unique operation id, the harness's images, no receiver CA,
+    /// an execution deadline ten minutes from now.
+    fn input(&self, op: OperationType, kind: Kind, source: SourceInput, n: u8) -> JobInput {
+        let mut input = examples::example(OwnerKind::PtahSchema, op, kind, &self.ns);
+        input.owner.uid = self.owner_uid.clone();
+        input.claim.operation_id = examples::digest(n);
+        input.claim.dispatch_not_after = None;
+        input.claim.execution_not_after = k8s_openapi::jiff::Timestamp::now()
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(600))
+            .ok()
+            .map(Time);
+        input.images = Images {
+            runner: OPERATOR_IMAGE_PINNED.into(),
+            executor: EXECUTOR_IMAGE_PINNED.into(),
+        };
+        input.result.receiver_ca = None;
+        input.source = source;
+        input
+    }
+
+    /// Creates every Secret the Job's Pod names (the database URL, the
+    /// result token) with throwaway values, then the Job; answers its Pod
+    /// once it has finished.
+    async fn run(&self, job: &Job) -> anyhow::Result<Pod> {
+        let pod = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .context("pod spec")?;
+        let mut secret_names = BTreeSet::new();
+        for v in pod.volumes.iter().flatten() {
+            if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
+                secret_names.insert(s);
+            }
+        }
+        for c in pod.init_containers.iter().flatten().chain(&pod.containers) {
+            for e in c.env.iter().flatten() {
+                if let Some(s) = e
+                    .value_from
+                    .as_ref()
+                    .and_then(|v| v.secret_key_ref.as_ref())
+                {
+                    secret_names.insert(s.name.clone());
+                }
+            }
+        }
+        let secrets: Api<Secret> = self.api();
+        for name in secret_names {
+            let obj: Secret = serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "stringData": {"url": "postgres://u:db-password-never-read@127.0.0.1:1/orders", "token": "result-token"},
+            }))?;
+            match secrets.create(&PostParams::default(), &obj).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let name = job.metadata.name.clone().context("job name")?;
+        self.api::<Job>()
+            .create(&PostParams::default(), job)
+            .await
+            .with_context(|| format!("creating Job {name}"))?;
+        let pods: Api<Pod> = self.api();
+        let lp = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}"));
+        poll(&format!("the Pod of Job {name} to finish"), || async {
+            Ok(pods.list(&lp).await?.items.into_iter().find(|p| {
+                matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                )
+            }))
+        })
+        .await
+    }
+
+    fn read_log(&self, pod: &Pod, container: &str) -> anyhow::Result<String> {
+        let path = conformance::kubelet::log_path(&self.harness.kubelet_dir(), pod, container);
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+    }
+
+    fn vars(&self) -> anyhow::Result<BTreeMap<String, String>> {
+        parse_env_file(&self.harness.env()?)
+    }
+}
+
+/// Polls `probe` until it yields a value, at most [`TIMEOUT`].
+async fn poll<T, F, Fut>(what: &str, mut probe: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = probe().await? {
+            return Ok(v);
+        }
+        if start.elapsed() > TIMEOUT {
+            bail!("{what} did not happen within {TIMEOUT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn status<'a>(pod: &'a Pod, container: &str) -> Option<&'a ContainerStatus> {
+    let s = pod.status.as_ref()?;
+    s.init_container_statuses
+        .iter()
+        .flatten()
+        .chain(s.container_statuses.iter().flatten())
+        .find(|c| c.name == container)
+}
+
+fn terminated(pod: &Pod, container: &str) -> anyhow::Result<ContainerStateTerminated> {
+    status(pod, container)
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.clone())
+        .with_context(|| format!("container {container} has not terminated: {:?}", pod.status))
+}
+
+/// The runner's termination-message summary.
+fn summary(t: &ContainerStateTerminated) -> anyhow::Result<Value> {
+    let text = t.message.as_deref().context("no termination message")?;
+    assert!(text.len() <= 4096, "{} bytes", text.len());
+    serde_json::from_str(text).with_context(|| format!("the summary is not JSON: {text}"))
+}
+
+/// The container holding the database URL never ran: no container id, and
+/// still waiting for the init container (`PodInitializing`), never running
+/// nor terminated.
+fn never_started(pod: &Pod, container: &str) {
+    let s = status(pod, container);
+    let Some(c) = s else {
+        panic!("no status of {container}: {:?}", pod.status)
+    };
+    assert_eq!(c.container_id, None, "{container} ran: {c:?}");
+    assert_ne!(c.started, Some(true), "{container} ran: {c:?}");
+    let state = c.state.as_ref();
+    assert_eq!(
+        state
+            .and_then(|st| st.waiting.as_ref())
+            .and_then(|w| w.reason.as_deref()),
+        Some("PodInitializing"),
+        "{container}: {c:?}"
+    );
+    assert!(
+        state.is_none_or(|st| st.running.is_none() && st.terminated.is_none()),
+        "{container} ran: {c:?}"
+    );
+    assert!(
+        c.last_state
+            .as_ref()
+            .is_none_or(|l| l.terminated.is_none() && l.running.is_none()),
+        "{container} ran: {c:?}"
+    );
+}
+
+/// The main container replaced by a shell that shows `/source` (the
+/// executor image has no Ptah in the harness; the step under test is the
+/// init container).
+fn observe_source(job: &mut Job) -> anyhow::Result<()> {
+    let pod = job
+        .spec
+        .as_mut()
+        .and_then(|s| s.template.spec.as_mut())
+        .context("pod spec")?;
+    let main = pod
+        .containers
+        .iter_mut()
+        .find(|c| c.name == OPERATION_CONTAINER)
+        .context("the operation container")?;
+    assert!(
+        main.env.iter().flatten().any(|e| e.name == "PTAH_DB_URL"),
+        "the operation container holds the database URL"
+    );
+    main.command = Some(vec!["sh".into(), "-c".into()]);
+    main.args = Some(vec![
+        "cd /source && for f in $(find . -type f | sort); do echo \"== $f\"; cat \"$f\"; done"
+            .into(),
+    ]);
+    Ok(())
+}
+
+const INIT_SQL: &str = "CREATE TABLE a (id int);\n";
+const MORE_SQL: &str = "CREATE TABLE b (id int);\n";
+
+/// The snapshot ConfigMap of `snap`, immutable, as the manager writes it.
+fn snapshot_config_map(
+    name: &str,
+    data: BTreeMap<String, String>,
+    binary: BTreeMap<String, Vec<u8>>,
+) -> anyhow::Result<ConfigMap> {
+    let mut cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    cm.immutable = Some(true);
+    cm.data = Some(data);
+    cm.binary_data = (!binary.is_empty()).then(|| {
+        binary
+            .into_iter()
+            .map(|(k, v)| (k, ByteString(v)))
+            .collect()
+    });
+    Ok(cm)
+}
+
+fn take_snapshot(owner_uid: &str) -> anyhow::Result<snapshot::Snapshot> {
+    let source = SourceConfigMap {
+        data: BTreeMap::from([
+            ("001_init.sql".to_string(), INIT_SQL.to_string()),
+            ("002_more.sql".to_string(), MORE_SQL.to_string()),
+            ("notes.txt".to_string(), "not selected\n".to_string()),
+        ]),
+        binary_data: BTreeMap::new(),
+    };
+    Ok(snapshot::take(
+        &source,
+        &["001_init.sql".to_string(), "002_more.sql".to_string()],
+        owner_uid,
+        &Limits::default(),
+    )?)
+}
+
+#[tokio::test]
+async fn a_configmap_snapshot_is_checked_and_its_files_reach_the_operation_container()
+-> anyhow::Result<()> {
+    let scope = Scope::new("cm").await?;
+    let snap = take_snapshot(&scope.owner_uid)?;
+    scope
+        .api::<ConfigMap>()
+        .create(
+            &PostParams::default(),
+            &snapshot_config_map(&snap.name, snap.data(), snap.binary_data())?,
+        )
+        .await?;
+    let input = scope.input(
+        OperationType::Observe,
+        Kind::ConfigMap,
+        SourceInput::ConfigMap {
+            snapshot_name: snap.name.clone(),
+            content_digest: snap.content_digest.clone(),
+        },
+        0x01,
+    );
+    let mut job = build_job(&input)?;
+    observe_source(&mut job)?;
+    let pod = scope.run(&job).await?;
+
+    let init = terminated(&pod, SOURCE_CONTAINER)?;
+    assert_eq!(init.exit_code, 0, "{init:?}");
+    let s = summary(&init)?;
+    assert_eq!(s["outcome"], "Succeeded", "{s}");
+    assert_eq!(s["step"], "source check");
+    assert_eq!(s["digest"], snap.content_digest.as_str());
+    // The full result document is in the init container's log.
+    let log = scope.read_log(&pod, SOURCE_CONTAINER)?;
+    let doc: Value = serde_json::from_str(log.trim()).with_context(|| log.clone())?;
+    assert_eq!(doc["kind"], "StepResult");
+    assert_eq!(doc["result"]["type"], "SnapshotChecked");
+    let files: Vec<&str> = doc["result"]["files"]
+        .as_array()
+        .context("files")?
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    assert_eq!(files, ["001_init.sql", "002_more.sql"]);
+
+    // The operation container read exactly the selected files, not the
+    // manifest and not the unselected key.
+    let main = terminated(&pod, OPERATION_CONTAINER)?;
+    assert_eq!(main.exit_code, 0, "{main:?}");
+    let shown = scope.read_log(&pod, OPERATION_CONTAINER)?;
+    assert_eq!(
+        shown,
+        format!("== ./001_init.sql\n{INIT_SQL}== ./002_more.sql\n{MORE_SQL}"),
+    );
+    assert_eq!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded")
+    );
+    drop(scope);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_tampered_snapshot_is_refused_naming_the_file_before_the_database_url_container()
+-> anyhow::Result<()> {
+    let scope = Scope::new("tamper").await?;
+    let snap = take_snapshot(&scope.owner_uid)?;
+    let config_maps = scope.api::<ConfigMap>();
+    config_maps
+        .create(
+            &PostParams::default(),
+            &snapshot_config_map(&snap.name, snap.data(), snap.binary_data())?,
+        )
+        .await?;
+    // The snapshot is immutable: tampering means deleting it and making it
+    // again under the same name, with one file changed and the manifest kept.
+    config_maps
+        .delete(&snap.name, &DeleteParams::default())
+        .await?;
+    poll("the snapshot to go", || async {
+        Ok(config_maps
+            .get_opt(&snap.name)
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await?;
+    let mut data = snap.data();
+    data.insert("002_more.sql".into(), "DROP TABLE a;\n".into());
+    config_maps
+        .create(
+            &PostParams::default(),
+            &snapshot_config_map(&snap.name, data, snap.binary_data())?,
+        )
+        .await?;
+
+    let input = scope.input(
+        OperationType::Observe,
+        Kind::ConfigMap,
+        SourceInput::ConfigMap {
+            snapshot_name: snap.name.clone(),
+            content_digest: snap.content_digest.clone(),
+        },
+        0x02,
+    );
+    let mut job = build_job(&input)?;
+    observe_source(&mut job)?;
+    let pod = scope.run(&job).await?;
+    assert_eq!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Failed")
+    );
+    let init = terminated(&pod, SOURCE_CONTAINER)?;
+    assert_eq!(init.exit_code, 1, "{init:?}");
+    let s = summary(&init)?;
+    assert_eq!(s["outcome"], "Refused", "{s}");
+    assert_eq!(s["file"], "002_more.sql", "{s}");
+    assert_eq!(s["rule"], "manifest", "{s}");
+    assert!(
+        s["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("002_more.sql")),
+        "{s}"
+    );
+    never_started(&pod, OPERATION_CONTAINER);
+    drop(scope);
+    Ok(())
+}
+
+fn manifest_digest(files: &[(&str, &str)]) -> String {
+    Manifest::from_files(
+        files.iter().map(|(p, t)| (*p, t.as_bytes())),
+        &Limits::default(),
+    )
+    .map(|m| m.digest())
+    .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_git_fetch_init_container_fetches_the_recorded_commit_and_refuses_a_wrong_digest()
+-> anyhow::Result<()> {
+    let scope = Scope::new("git").await?;
+    let ep = Endpoints::from_env_file(scope.harness)?;
+    let name = format!("runner-{}", scope.ns);
+    let bare = create_repo(&ep.root, &name, true)?;
+    let commit = commit_files(
+        &bare,
+        "main",
+        &[
+            ("db/schema.sql", "create table a();\n"),
+            ("db/more/b.sql", "create table b();\n"),
+            ("README", "not selected\n"),
+        ],
+        "one",
+    )?;
+    let digest = manifest_digest(&[
+        ("schema.sql", "create table a();\n"),
+        ("more/b.sql", "create table b();\n"),
+    ]);
+    let git = |content_digest: &str| {
+        SourceInput::Git(GitInput {
+            url: ep.daemon_repo(&name),
+            git_ref: GitRef {
+                branch: Some("main".into()),
+                tag: None,
+                commit: None,
+            },
+            commit: Some(commit.clone()),
+            path: Some("db".into()),
+            content_digest: Some(content_digest.to_string()),
+            secret_name: None,
+        })
+    };
+
+    let mut job = build_job(&scope.input(OperationType::Observe, Kind::Git, git(&digest), 0x03))?;
+    observe_source(&mut job)?;
+    let pod = scope.run(&job).await?;
+    let init = terminated(&pod, SOURCE_CONTAINER)?;
+    assert_eq!(init.exit_code, 0, "{init:?}");
+    let s = summary(&init)?;
+    assert_eq!(s["outcome"], "Succeeded", "{s}");
+    assert_eq!(s["commit"], commit.as_str());
+    assert_eq!(s["digest"], digest.as_str());
+    let shown = scope.read_log(&pod, OPERATION_CONTAINER)?;
+    assert_eq!(
+        shown,
+        "== ./more/b.sql\ncreate table b();\n== ./schema.sql\ncreate table a();\n"
+    );
+
+    // The digest of other content: refused, the operation container never runs.
+    let wrong = manifest_digest(&[("schema.sql", "create table z();\n")]);
+    let mut job = build_job(&scope.input(OperationType::Observe, Kind::Git, git(&wrong), 0x04))?;
+    observe_source(&mut job)?;
+    let pod = scope.run(&job).await?;
+    let init = terminated(&pod, SOURCE_CONTAINER)?;
+    assert_eq!(init.exit_code, 1, "{init:?}");
+    let s = summary(&init)?;
+    assert_eq!(s["outcome"], "Refused", "{s}");
+    assert_eq!(s["rule"], "contentDigest", "{s}");
+    assert!(
+        s["message"].as_str().is_some_and(|m| m.contains(&wrong)),
+        "{s}"
+    );
+    never_started(&pod, OPERATION_CONTAINER);
+    drop(scope);
+    Ok(())
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+/// Pushes one file as a Ptah schema artifact under `tagged`; answers the
+/// manifest digest.
+async fn push_schema(tagged: &str, schema: &[u8]) -> anyhow::Result<String> {
+    push_artifact(tagged, SCHEMA_ARTIFACT_TYPE, schema).await
+}
+
+/// Pushes one file as an artifact of `artifact_type`, in the shape of
+/// `ptah schema push`; answers the manifest digest.
+async fn push_artifact(tagged: &str, artifact_type: &str, schema: &[u8]) -> anyhow::Result<String> {
+    let client = OciClient::new(ClientConfig {
+        protocol: ClientProtocol::Http,
+        platform_resolver: None,
+        ..Default::default()
+    });
+    let reference: Reference = tagged.parse()?;
+    client
+        .store_auth_if_needed(reference.resolve_registry(), &RegistryAuth::Anonymous)
+        .await;
+    let config = b"{}";
+    client
+        .push_blob(&reference, config.to_vec(), &sha256(config))
+        .await?;
+    client
+        .push_blob(&reference, schema.to_vec(), &sha256(schema))
+        .await?;
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": artifact_type,
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha256(config), "size": 2, "data": "e30="},
+        "layers": [{
+            "mediaType": SCHEMA_LAYER_TYPE,
+            "digest": sha256(schema),
+            "size": schema.len(),
+            "annotations": {"org.opencontainers.image.title": "schema.hcl"},
+        }],
+        "annotations": {
+            "io.stokaro.ptah.kind": artifact_type,
+            "org.opencontainers.image.source": "https://git.example/acme/schemas",
+        },
+    });
+    let bytes = serde_json::to_vec(&manifest)?;
+    client
+        .push_manifest_raw(
+            &reference,
+            bytes.clone(),
+            http::HeaderValue::from_static("application/vnd.oci.image.manifest.v1+json"),
+        )
+        .await?;
+    Ok(sha256(&bytes))
+}
+
+fn oci(reference: String, policy: Option<&str>) -> SourceInput {
+    SourceInput::Oci(OciInput {
+        reference,
+        auth: None,
+        // The harness registry speaks plain HTTP: `transport.plainHTTP`,
+        // which the builder hands over as `--plain-http`.
+        transport: Some(OciTransport {
+            plain_http: true,
+            ca_from: None,
+        }),
+        verification_policy: policy.map(|name| operator::api::common::ConfigMapKeyRef {
+            name: name.into(),
+            key: "policy.yaml".into(),
+        }),
+    })
+}
+
+#[tokio::test]
+async fn an_oci_fetch_init_container_fetches_the_artifact_by_digest_and_refuses_another_type()
+-> anyhow::Result<()> {
+    let scope = Scope::new("ocifetch").await?;
+    let host = scope
+        .vars()?
+        .get("PTAH_REGISTRY")
+        .cloned()
+        .context("PTAH_REGISTRY")?;
+    let repository = format!("ptah-conformance/runner-{}", scope.ns);
+    let schema = b"table \"orders\" { schema = schema.public }\n";
+    let digest = push_schema(&format!("{host}/{repository}:v1"), schema).await?;
+
+    let input = scope.input(
+        OperationType::Observe,
+        Kind::Oci,
+        oci(format!("oci://{host}/{repository}@{digest}"), None),
+        0x0a,
+    );
+    let mut job = build_job(&input)?;
+    observe_source(&mut job)?;
+    let pod = scope.run(&job).await?;
+    let init = terminated(&pod, SOURCE_CONTAINER)?;
+    assert_eq!(init.exit_code, 0, "{init:?}");
+    let s = summary(&init)?;
+    assert_eq!(s["outcome"], "Succeeded", "{s}");
+    assert_eq!(s["step"], "source fetch oci");
+    assert_eq!(s["digest"], digest.as_str());
+    let shown = scope.read_log(&pod, OPERATION_CONTAINER)?;
+    assert_eq!(
+        shown,
+        format!("== ./schema.hcl\n{}", String::from_utf8_lossy(schema))
+    );
+
+    // An artifact of another type under a digest: refused before the
+    // operation container starts, the rule named.
+    let other = push_artifact(
+        &format!("{host}/{repository}:other"),
+        "application/vnd.example.not-ptah.v1",
+        schema,
+    )
+    .await?;
+    let input = scope.input(
+        OperationType::Observe,
+        Kind::Oci,
+        oci(format!("oci://{host}/{repository}@{other}"), None),
+        0x0b,
+    );
+    let mut job = build_job(&input)?;
+    observe_source(&mut job)?;
+    let pod = scope.run(&job).await?;
+    let init = terminated(&pod, SOURCE_CONTAINER)?;
+    assert_eq!(init.exit_code, 1, "{init:?}");
+    let s = summary(&init)?;
+    assert_eq!(s["outcome"], "Refused", "{s}");
+    assert_eq!(s["rule"], "artifactType", "{s}");
+    never_started(&pod, OPERATION_CONTAINER);
+    drop(scope);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_resolve_job_answers_the_digest_of_an_oci_tag() -> anyhow::Result<()> {
+    let scope = Scope::new("resolve").await?;
+    let host = scope
+        .vars()?
+        .get("PTAH_REGISTRY")
+        .cloned()
+        .context("PTAH_REGISTRY")?;
+    let repository = format!("ptah-conformance/runner-{}", scope.ns);
+    let digest = push_schema(
+        &format!("{host}/{repository}:v1"),
+        b"schema \"public\" {}\n",
+    )
+    .await?;
+
+    let input = scope.input(
+        OperationType::Resolve,
+        Kind::Oci,
+        oci(format!("oci://{host}/{repository}:v1"), None),
+        0x05,
+    );
+    let job = build_job(&input)?;
+    let pod = scope.run(&job).await?;
+    let main = terminated(&pod, OPERATION_CONTAINER)?;
+    assert_eq!(main.exit_code, 0, "{main:?}");
+    let s = summary(&main)?;
+    assert_eq!(s["outcome"], "Succeeded", "{s}");
+    assert_eq!(s["step"], "resolve oci");
+    assert_eq!(s["digest"], digest.as_str());
+
+    // The result document (in the log until the receiver of issue 5) is the
+    // supplychain resolution, bound to this operation and this Pod.
+    let log = scope.read_log(&pod, OPERATION_CONTAINER)?;
+    let doc: Value = serde_json::from_str(log.trim()).with_context(|| log.clone())?;
+    assert_eq!(doc["result"]["type"], "OciResolved");
+    let resolution = &doc["result"]["resolution"];
+    assert_eq!(resolution["digest"], digest.as_str());
+    assert_eq!(resolution["revision"], format!("v1@{digest}"));
+    assert_eq!(resolution["artifactType"], SCHEMA_ARTIFACT_TYPE);
+    assert_eq!(
+        resolution["resolvedReference"],
+        format!("oci://{host}/{repository}@{digest}")
+    );
+    assert_eq!(
+        doc["operation"]["operationId"],
+        examples::digest(0x05).as_str()
+    );
+    assert_eq!(doc["operation"]["resourceUid"], scope.owner_uid.as_str());
+    assert_eq!(
+        doc["operation"]["podName"],
+        pod.metadata.name.as_deref().unwrap_or_default()
+    );
+
+    // Environment-mode registry credentials go to the registry their
+    // Secret names, and nowhere else; the password shows in no output.
+    let password = format!("reg-pass-{}", scope.ns);
+    let secrets = scope.api::<Secret>();
+    for (name, registry) in [
+        ("creds-here", host.as_str()),
+        ("creds-elsewhere", "registry.example.com"),
+    ] {
+        secrets
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "stringData": {"username": "ptah", "password": password, "registry": registry},
+                }))?,
+            )
+            .await?;
+    }
+    let with_auth = |secret: &str, n: u8| {
+        let mut input = scope.input(
+            OperationType::Resolve,
+            Kind::Oci,
+            oci(format!("oci://{host}/{repository}:v1"), None),
+            n,
+        );
+        if let SourceInput::Oci(o) = &mut input.source {
+            o.auth = Some(SourceRegistryAuth {
+                name: secret.into(),
+                mode: RegistryAuthMode::Environment,
+                username_key: "username".into(),
+                password_key: "password".into(),
+                token_key: "token".into(),
+                docker_config_json_key: ".dockerconfigjson".into(),
+            });
+        }
+        input
+    };
+    let here = scope
+        .run(&build_job(&with_auth("creds-here", 0x08))?)
+        .await?;
+    let main = terminated(&here, OPERATION_CONTAINER)?;
+    assert_eq!(main.exit_code, 0, "{main:?}");
+    assert_eq!(summary(&main)?["digest"], digest.as_str());
+    let elsewhere = scope
+        .run(&build_job(&with_auth("creds-elsewhere", 0x09))?)
+        .await?;
+    let main = terminated(&elsewhere, OPERATION_CONTAINER)?;
+    assert_eq!(main.exit_code, 1, "{main:?}");
+    let s = summary(&main)?;
+    assert_eq!(s["rule"], "registryAuthFrom.registry", "{s}");
+    for pod in [&here, &elsewhere] {
+        let log = scope.read_log(pod, OPERATION_CONTAINER)?;
+        let message = terminated(pod, OPERATION_CONTAINER)?
+            .message
+            .unwrap_or_default();
+        assert!(!log.contains(&password), "{log}");
+        assert!(!message.contains(&password), "{message}");
+    }
+    drop(scope);
+    Ok(())
+}
+
+/// cosign with a private HOME and Docker config.
+fn cosign(bin: &Path, home: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.env("HOME", home)
+        .env("DOCKER_CONFIG", home.join("docker"))
+        .env_remove("COSIGN_PASSWORD")
+        .env_remove("COSIGN_EXPERIMENTAL");
+    cmd
+}
+
+fn run_ok(what: &str, cmd: &mut Command) -> anyhow::Result<()> {
+    let out = cmd.output().with_context(|| format!("running {what}"))?;
+    if !out.status.success() {
+        bail!("{what}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+/// A cosign key pair in `dir` (password `pw`); answers the public PEM.
+fn key_pair(bin: &Path, dir: &Path) -> anyhow::Result<(PathBuf, String)> {
+    std::fs::create_dir_all(dir)?;
+    run_ok(
+        "cosign generate-key-pair",
+        cosign(bin, dir)
+            .current_dir(dir)
+            .env("COSIGN_PASSWORD", "pw")
+            .arg("generate-key-pair"),
+    )?;
+    Ok((
+        dir.join("cosign.key"),
+        std::fs::read_to_string(dir.join("cosign.pub"))?,
+    ))
+}
+
+fn key_policy(public_pem: &str) -> String {
+    let pem: String = public_pem
+        .lines()
+        .map(|l| format!("        {l}\n"))
+        .collect();
+    format!(
+        "apiVersion: supplychain.ptah.run/v1alpha1\nkind: VerificationPolicy\n\
+         artifactTypes: [{SCHEMA_ARTIFACT_TYPE}]\nsignatures:\n  formats: [legacy]\n\
+         authorities:\n  - name: release\n    key:\n      pem: |\n{pem}"
+    )
+}
+
+#[tokio::test]
+async fn a_verify_job_accepts_the_signers_key_and_refuses_another_naming_the_rule()
+-> anyhow::Result<()> {
+    let scope = Scope::new("verify").await?;
+    let vars = scope.vars()?;
+    let host = vars
+        .get("PTAH_REGISTRY")
+        .cloned()
+        .context("PTAH_REGISTRY")?;
+    let bin = PathBuf::from(vars.get("PTAH_TOOLS_BIN").context("PTAH_TOOLS_BIN")?).join("cosign");
+    let repository = format!("ptah-conformance/runner-{}", scope.ns);
+    let digest = push_schema(
+        &format!("{host}/{repository}:v1"),
+        b"schema \"public\" {}\n",
+    )
+    .await?;
+
+    // A keyed legacy `.sig` signature by the real cosign, offline.
+    let work = tempfile::tempdir()?;
+    let (private, public) = key_pair(&bin, &work.path().join("signer"))?;
+    let (_, other) = key_pair(&bin, &work.path().join("other"))?;
+    run_ok(
+        "cosign sign",
+        cosign(&bin, work.path())
+            .env("COSIGN_PASSWORD", "pw")
+            .args(["sign", "--yes", "--allow-http-registry"])
+            .args(["--use-signing-config=false", "--tlog-upload=false"])
+            .arg("--new-bundle-format=false")
+            .arg("--key")
+            .arg(&private)
+            .arg(format!("{host}/{repository}@{digest}")),
+    )?;
+    let config_maps = scope.api::<ConfigMap>();
+    for (name, pem) in [("signer-policy", &public), ("other-policy", &other)] {
+        config_maps
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "data": {"policy.yaml": key_policy(pem)},
+                }))?,
+            )
+            .await?;
+    }
+    let reference = format!("oci://{host}/{repository}@{digest}");
+
+    let accepted = scope
+        .run(&build_job(&scope.input(
+            OperationType::Verify,
+            Kind::Oci,
+            oci(reference.clone(), Some("signer-policy")),
+            0x06,
+        ))?)
+        .await?;
+    let main = terminated(&accepted, OPERATION_CONTAINER)?;
+    assert_eq!(main.exit_code, 0, "{main:?}");
+    let s = summary(&main)?;
+    assert_eq!(s["outcome"], "Succeeded", "{s}");
+    assert_eq!(s["digest"], digest.as_str());
+    let log = scope.read_log(&accepted, OPERATION_CONTAINER)?;
+    let doc: Value = serde_json::from_str(log.trim()).with_context(|| log.clone())?;
+    assert_eq!(doc["result"]["type"], "OciVerified");
+    let evidence = &doc["result"]["evidence"];
+    assert_eq!(evidence["artifactDigest"], digest.as_str());
+    assert_eq!(
+        evidence["policyDigest"],
+        sha256(key_policy(&public).as_bytes())
+    );
+    assert_eq!(evidence["signatures"][0]["authority"], "release");
+    assert_eq!(evidence["signatures"][0]["format"], "legacy");
+
+    let refused = scope
+        .run(&build_job(&scope.input(
+            OperationType::Verify,
+            Kind::Oci,
+            oci(reference, Some("other-policy")),
+            0x07,
+        ))?)
+        .await?;
+    let main = terminated(&refused, OPERATION_CONTAINER)?;
+    assert_eq!(main.exit_code, 1, "{main:?}");
+    let s = summary(&main)?;
+    assert_eq!(s["outcome"], "Refused", "{s}");
+    assert_eq!(s["rule"], "authorities[release]", "{s}");
+    assert!(
+        s["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("authorities[release]")),
+        "{s}"
+    );
+    drop(scope);
+    Ok(())
+}

@@ -1,0 +1,620 @@
+//! The command line, exactly as the Job builder writes it
+//! ([`crate::execution::job`]): every value one `--flag=value` argument.
+//! Every value is checked while parsing; a bad one is refused with the flag
+//! named (clap's `invalid value '…' for '--flag'`), exit code
+//! [`super::EXIT_USAGE`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::common::GoDuration;
+
+/// Runs one Ptah operation inside a Job and delivers its result.
+#[derive(Parser, Debug)]
+#[command(name = "ptah-runner", version = crate::VERSION)]
+pub struct Cli {
+    /// Where the summary for the Pod's status is written (the container's
+    /// `terminationMessagePath`).
+    #[arg(
+        long,
+        global = true,
+        default_value = "/dev/termination-log",
+        hide = true
+    )]
+    pub termination_log: PathBuf,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// One step.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// The source init container: check a ConfigMap snapshot, or fetch a Git
+    /// commit or an OCI artifact, into `--out`.
+    #[command(subcommand)]
+    Source(SourceCommand),
+    /// Resolve a Git or OCI source to a commit or digest (stage 1).
+    #[command(subcommand)]
+    Resolve(ResolveCommand),
+    /// Verify an OCI artifact against its verification policy (stage 1).
+    #[command(subcommand)]
+    Verify(VerifyCommand),
+    /// Read a schema's drift report from the database (stage 2). Not yet.
+    Observe(DatabaseArgs),
+    /// Compute a scoped plan (stage 2). Not yet.
+    Plan(DatabaseArgs),
+    /// Read a migration history (stages 2 and 5). Not yet.
+    History(DatabaseArgs),
+    /// Apply the exact published plan bytes, or a migration sequence (stage 4). Not yet.
+    Apply(ApplyArgs),
+}
+
+/// `ptah-runner source …`.
+#[derive(Subcommand, Debug)]
+pub enum SourceCommand {
+    /// Check the mounted ConfigMap snapshot against the bound content digest
+    /// and only then copy its files into `--out`.
+    Check(CheckArgs),
+    /// Fetch a recorded Git commit or an OCI artifact by digest into `--out`.
+    #[command(subcommand)]
+    Fetch(FetchCommand),
+}
+
+/// `ptah-runner source fetch …`.
+#[derive(Subcommand, Debug)]
+pub enum FetchCommand {
+    /// The recorded commit, checked against the bound content digest.
+    Git(FetchGitArgs),
+    /// The artifact by digest, every layer checked.
+    Oci(FetchOciArgs),
+}
+
+/// `ptah-runner resolve …`.
+#[derive(Subcommand, Debug)]
+pub enum ResolveCommand {
+    /// A branch, tag or commit to a commit and content digest.
+    Git(ResolveGitArgs),
+    /// A tag to a manifest digest.
+    Oci(ResolveOciArgs),
+}
+
+/// `ptah-runner verify …`.
+#[derive(Subcommand, Debug)]
+pub enum VerifyCommand {
+    /// An artifact by digest under a verification policy.
+    Oci(VerifyOciArgs),
+}
+
+/// Bounds every source step takes.
+#[derive(Args, Debug, Clone)]
+pub struct StepBounds {
+    /// The longest the step may take (Go duration). The Pod's
+    /// `activeDeadlineSeconds` bounds it too; this one ends the step with a
+    /// clear message first.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Also write the result document to this file (it always goes to stdout).
+    #[arg(long)]
+    pub result_file: Option<PathBuf>,
+}
+
+/// `source check`.
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The mounted snapshot ConfigMap.
+    #[arg(long, value_parser = parse_abs_path)]
+    pub snapshot: PathBuf,
+    /// The content digest the operation is bound to.
+    #[arg(long, value_parser = parse_digest)]
+    pub content_digest: String,
+    /// Where the checked files go (the `source` emptyDir).
+    #[arg(long, value_parser = parse_abs_path)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub bounds: StepBounds,
+}
+
+/// `source fetch git`.
+#[derive(Args, Debug)]
+pub struct FetchGitArgs {
+    /// Repository URL (never with credentials).
+    #[arg(long, value_parser = parse_git_url)]
+    pub url: String,
+    /// The recorded commit (40 lowercase hex).
+    #[arg(long, value_parser = parse_commit)]
+    pub commit: String,
+    /// The ref the source names (`refs/heads/…` or `refs/tags/…`); without
+    /// it the commit is fetched by id.
+    #[arg(long = "ref", value_parser = parse_full_ref)]
+    pub git_ref: Option<String>,
+    /// Directory or file in the repository.
+    #[arg(long, value_parser = parse_text)]
+    pub path: Option<String>,
+    /// The content digest the operation is bound to.
+    #[arg(long, value_parser = parse_digest)]
+    pub content_digest: String,
+    /// The mounted Git credentials Secret (keys `username`/`password`,
+    /// `bearerToken`, or `identity` with `known_hosts`).
+    #[arg(long, value_parser = parse_abs_path)]
+    pub credentials: Option<PathBuf>,
+    /// Where the fetched files go.
+    #[arg(long, value_parser = parse_abs_path)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub bounds: StepBounds,
+}
+
+/// Registry transport and credentials, as [`crate::execution::job`]
+/// hands them over.
+#[derive(Args, Debug, Clone)]
+pub struct RegistryArgs {
+    /// Talk plain HTTP to the registry (`spec.source.oci.transport.plainHTTP`).
+    #[arg(long)]
+    pub plain_http: bool,
+    /// Extra CA certificates (PEM) for the registry.
+    #[arg(long, value_parser = parse_abs_path)]
+    pub ca_file: Option<PathBuf>,
+    /// A Docker `config.json` with the registry's credentials.
+    #[arg(long, value_parser = parse_abs_path)]
+    pub docker_config: Option<PathBuf>,
+}
+
+/// `source fetch oci`.
+#[derive(Args, Debug)]
+pub struct FetchOciArgs {
+    /// `oci://host/repository@sha256:…`.
+    #[arg(long, value_parser = parse_oci_pinned)]
+    pub reference: String,
+    /// The artifact kind expected; without it, the kind the manifest declares
+    /// (it must be one of Ptah's).
+    #[arg(long, value_enum)]
+    pub artifact_kind: Option<ArtifactKindArg>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+    /// Where the layers go, each under its title.
+    #[arg(long, value_parser = parse_abs_path)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub bounds: StepBounds,
+}
+
+/// A Ptah artifact kind.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArtifactKindArg {
+    /// `application/vnd.stokaro.ptah.schema.v1`.
+    Schema,
+    /// `application/vnd.stokaro.ptah.migrations.v1`.
+    Migrations,
+}
+
+/// What every operation container gets.
+#[derive(Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// `sha256:<64 hex>`.
+    #[arg(long, value_parser = parse_digest)]
+    pub operation_id: String,
+    /// From 1.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+    pub attempt: i32,
+    /// `<Kind>/<namespace>/<name>`, Kind `PtahSchema` or `PtahMigration`.
+    #[arg(long, value_parser = parse_resource)]
+    pub resource: ResourceRef,
+    /// The resource's UID.
+    #[arg(long, value_parser = parse_text)]
+    pub resource_uid: String,
+    /// The resource generation the operation was dispatched for.
+    #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
+    pub generation: i64,
+    /// `sha256:<64 hex>`.
+    #[arg(long, value_parser = parse_digest)]
+    pub input_fingerprint: String,
+    /// The manager's result receiver (`https://…`).
+    #[arg(long, value_parser = parse_https_url)]
+    pub result_url: String,
+    /// The per-operation token for the receiver.
+    #[arg(long, value_parser = parse_abs_path)]
+    pub result_token_file: PathBuf,
+    /// The CA of the receiver's certificate.
+    #[arg(long, value_parser = parse_abs_path)]
+    pub result_ca_file: Option<PathBuf>,
+    /// The runner refuses to start after this instant.
+    #[arg(long, value_parser = parse_time)]
+    pub dispatch_not_after: Option<Timestamp>,
+    /// The runner stops the operation at this instant.
+    #[arg(long, value_parser = parse_time)]
+    pub execution_not_after: Option<Timestamp>,
+    #[command(flatten)]
+    pub bounds: StepBounds,
+}
+
+/// `--resource`, parsed.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceRef {
+    /// `PtahSchema` or `PtahMigration`.
+    pub kind: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+/// `resolve git`.
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("git-ref").required(true).multiple(false).args(["branch", "tag", "commit"]))]
+pub struct ResolveGitArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Repository URL (never with credentials).
+    #[arg(long, value_parser = parse_git_url)]
+    pub url: String,
+    /// A branch, read at its tip.
+    #[arg(long, value_parser = parse_ref_name)]
+    pub branch: Option<String>,
+    /// A tag.
+    #[arg(long, value_parser = parse_ref_name)]
+    pub tag: Option<String>,
+    /// A commit by id.
+    #[arg(long, value_parser = parse_commit)]
+    pub commit: Option<String>,
+    /// Directory or file in the repository.
+    #[arg(long, value_parser = parse_text)]
+    pub path: Option<String>,
+    /// The mounted Git credentials Secret.
+    #[arg(long, value_parser = parse_abs_path)]
+    pub credentials: Option<PathBuf>,
+}
+
+/// `resolve oci`.
+#[derive(Args, Debug)]
+pub struct ResolveOciArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// `oci://host/repository[:tag]`.
+    #[arg(long, value_parser = parse_oci)]
+    pub reference: String,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+/// `verify oci`.
+#[derive(Args, Debug)]
+pub struct VerifyOciArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// `oci://host/repository@sha256:…`.
+    #[arg(long, value_parser = parse_oci_pinned)]
+    pub reference: String,
+    /// The mounted verification policy.
+    #[arg(long, value_parser = parse_abs_path)]
+    pub policy: PathBuf,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+/// A database engine.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineArg {
+    /// PostgreSQL.
+    Postgresql,
+    /// MySQL or MariaDB.
+    Mysql,
+}
+
+/// A source kind, as the builder spells it.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceKindArg {
+    /// A ConfigMap snapshot.
+    #[value(name = "ConfigMap")]
+    ConfigMap,
+    /// A Git commit.
+    #[value(name = "Git")]
+    Git,
+    /// An OCI artifact.
+    #[value(name = "OCI")]
+    Oci,
+}
+
+/// `observe|plan|history`.
+#[derive(Args, Debug)]
+pub struct DatabaseArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// The engine.
+    #[arg(long, value_enum)]
+    pub engine: EngineArg,
+    /// The checked source files (read-only).
+    #[arg(long, value_parser = parse_abs_path)]
+    pub source: PathBuf,
+    /// The source kind.
+    #[arg(long, value_enum)]
+    pub source_kind: SourceKindArg,
+    /// The content digest the source init container checked.
+    #[arg(long, value_parser = parse_digest)]
+    pub content_digest: String,
+    /// Database connect timeout.
+    #[arg(long, value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+    /// Lock timeout.
+    #[arg(long, value_parser = parse_duration)]
+    pub lock_timeout: Duration,
+}
+
+/// `apply`.
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("plan-binding").required(true).multiple(false).args(["plan_content_digest", "sequence_digest"]))]
+pub struct ApplyArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// The plan resource.
+    #[arg(long, value_parser = parse_text)]
+    pub plan: String,
+    /// Its fingerprint.
+    #[arg(long, value_parser = parse_digest)]
+    pub plan_fingerprint: String,
+    /// A schema plan's content digest.
+    #[arg(long, value_parser = parse_digest)]
+    pub plan_content_digest: Option<String>,
+    /// A migration plan's sequence digest.
+    #[arg(long, value_parser = parse_digest)]
+    pub sequence_digest: Option<String>,
+    /// `all|file|none`.
+    #[arg(long, value_parser = ["all", "file", "none"])]
+    pub transaction_mode: Option<String>,
+}
+
+fn parse_text(value: &str) -> Result<String, String> {
+    if value.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if value.chars().any(char::is_control) {
+        return Err("must not hold control characters".into());
+    }
+    Ok(value.to_string())
+}
+
+fn parse_abs_path(value: &str) -> Result<PathBuf, String> {
+    let text = parse_text(value)?;
+    if !text.starts_with('/') {
+        return Err("must be an absolute path".into());
+    }
+    if text.split('/').any(|c| c == "..") {
+        return Err("must not hold `..`".into());
+    }
+    Ok(PathBuf::from(text))
+}
+
+/// `sha256:<64 lowercase hex>`.
+pub fn parse_digest(value: &str) -> Result<String, String> {
+    match value.strip_prefix("sha256:") {
+        Some(hex)
+            if hex.len() == 64
+                && hex
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) =>
+        {
+            Ok(value.to_string())
+        }
+        _ => Err("must be sha256: and 64 lowercase hex digits".into()),
+    }
+}
+
+fn parse_commit(value: &str) -> Result<String, String> {
+    if value.len() == 40
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        Ok(value.to_string())
+    } else {
+        Err("must be a full commit id: 40 lowercase hex digits".into())
+    }
+}
+
+fn parse_ref_name(value: &str) -> Result<String, String> {
+    let text = parse_text(value)?;
+    if text.starts_with('-')
+        || text.contains("..")
+        || text.contains(' ')
+        || text.ends_with('/')
+        || text.ends_with(".lock")
+    {
+        return Err("is not a valid Git ref name".into());
+    }
+    Ok(text)
+}
+
+fn parse_full_ref(value: &str) -> Result<String, String> {
+    let text = parse_ref_name(value)?;
+    match text
+        .strip_prefix("refs/heads/")
+        .or_else(|| text.strip_prefix("refs/tags/"))
+    {
+        Some(rest) if !rest.is_empty() => Ok(text),
+        _ => Err("must be refs/heads/<branch> or refs/tags/<tag>".into()),
+    }
+}
+
+fn parse_git_url(value: &str) -> Result<String, String> {
+    let text = parse_text(value)?;
+    let scheme_ok = ["https://", "http://", "ssh://", "git://", "file://"]
+        .iter()
+        .any(|s| text.starts_with(s));
+    if !scheme_ok {
+        return Err("must be an https://, http://, ssh://, git:// or file:// URL".into());
+    }
+    // Credentials belong in the Secret, never in the URL (nor in an error:
+    // the value is not echoed back beyond clap's own message).
+    let rest = text.split_once("://").map(|(_, r)| r).unwrap_or_default();
+    let authority = rest.split('/').next().unwrap_or_default();
+    // `ssh://git@host` names a user and is fine; a password, or any
+    // userinfo over HTTP (a token), is a credential.
+    let userinfo = authority.rsplit_once('@').map(|(u, _)| u);
+    let is_ssh = text.starts_with("ssh://");
+    if userinfo.is_some_and(|u| !is_ssh || u.contains(':')) {
+        return Err("must not carry credentials".into());
+    }
+    Ok(text)
+}
+
+fn parse_oci(value: &str) -> Result<String, String> {
+    let text = parse_text(value)?;
+    let _: supplychain::oci::OciReference = text.parse().map_err(|e| format!("{e}"))?;
+    Ok(text)
+}
+
+fn parse_oci_pinned(value: &str) -> Result<String, String> {
+    let text = parse_text(value)?;
+    let reference: supplychain::oci::OciReference = text.parse().map_err(|e| format!("{e}"))?;
+    if reference.digest.is_none() {
+        return Err("must be pinned by digest (oci://…@sha256:…)".into());
+    }
+    Ok(text)
+}
+
+fn parse_https_url(value: &str) -> Result<String, String> {
+    let text = parse_text(value)?;
+    if !text.starts_with("https://") || text.len() <= "https://".len() {
+        return Err("must be an https:// URL".into());
+    }
+    Ok(text)
+}
+
+fn parse_resource(value: &str) -> Result<ResourceRef, String> {
+    let text = parse_text(value)?;
+    let parts: Vec<&str> = text.split('/').collect();
+    let [kind, namespace, name] = parts.as_slice() else {
+        return Err("must be <Kind>/<namespace>/<name>".into());
+    };
+    if !matches!(*kind, "PtahSchema" | "PtahMigration") {
+        return Err("kind must be PtahSchema or PtahMigration".into());
+    }
+    if namespace.is_empty() || name.is_empty() {
+        return Err("namespace and name must not be empty".into());
+    }
+    Ok(ResourceRef {
+        kind: kind.to_string(),
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    })
+}
+
+fn parse_time(value: &str) -> Result<Timestamp, String> {
+    value
+        .parse::<Timestamp>()
+        .map_err(|e| format!("must be an RFC 3339 instant: {e}"))
+}
+
+fn parse_duration(value: &str) -> Result<Duration, String> {
+    GoDuration::new(value)
+        .to_std()
+        .map_err(|e| format!("must be a Go duration such as 30s or 10m: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("ptah-runner").chain(args.iter().copied()))
+    }
+
+    const D: &str = "sha256:3333333333333333333333333333333333333333333333333333333333333333";
+
+    #[test]
+    fn the_builders_check_line_parses() {
+        let cli = parse(&[
+            "source",
+            "check",
+            "--snapshot=/snapshot",
+            &format!("--content-digest={D}"),
+            "--out=/source",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Source(SourceCommand::Check(_))
+        ));
+    }
+
+    #[test]
+    fn a_bad_value_is_refused_naming_the_flag() {
+        let err = parse(&[
+            "source",
+            "check",
+            "--snapshot=/snapshot",
+            "--content-digest=sha256:zz",
+            "--out=/source",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--content-digest"), "{err}");
+        let err = parse(&[
+            "source",
+            "fetch",
+            "git",
+            "--url=https://u:p@git.example/x.git",
+            "--commit=0123456789abcdef0123456789abcdef01234567",
+            &format!("--content-digest={D}"),
+            "--out=/source",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--url"), "{err}");
+        assert!(err.contains("must not carry credentials"), "{err}");
+    }
+
+    /// Every command line the Job builder writes, for every example
+    /// operation and source kind, parses here.
+    #[cfg(feature = "testing")]
+    #[test]
+    fn every_command_line_of_the_job_builder_parses() {
+        let mut seen = 0;
+        for (stem, input) in crate::execution::examples::all("ns") {
+            let job = crate::execution::job::build_job(&input).unwrap();
+            let pod = job.spec.unwrap().template.spec.unwrap();
+            for c in pod.init_containers.iter().flatten().chain(&pod.containers) {
+                let args = c.args.clone().unwrap_or_default();
+                let parsed = Cli::try_parse_from(
+                    std::iter::once("ptah-runner".to_string()).chain(args.iter().cloned()),
+                );
+                assert!(
+                    parsed.is_ok(),
+                    "{stem}/{}: {args:?}: {:?}",
+                    c.name,
+                    parsed.err()
+                );
+                seen += 1;
+            }
+        }
+        assert!(seen >= 22, "{seen}");
+    }
+
+    #[test]
+    fn resolve_git_takes_exactly_one_ref() {
+        let common = [
+            format!("--operation-id={D}"),
+            "--attempt=1".into(),
+            "--resource=PtahSchema/ns/orders".into(),
+            "--resource-uid=u".into(),
+            "--generation=3".into(),
+            format!("--input-fingerprint={D}"),
+            "--result-url=https://r.example/v1/results".into(),
+            "--result-token-file=/var/run/ptah/result/token".into(),
+        ];
+        let mut args: Vec<String> = vec!["resolve".into(), "git".into()];
+        args.extend(common.iter().cloned());
+        args.push("--url=https://git.example/x.git".into());
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert!(parse(&refs).is_err());
+        args.push("--branch=main".into());
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert!(parse(&refs).is_ok());
+        args.push("--tag=v1".into());
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert!(parse(&refs).is_err());
+    }
+}

@@ -1,0 +1,730 @@
+//! The steps themselves: each maps its flags onto supplychain, bounded by its
+//! deadline, and answers a [`StepOutput`] or a [`StepError`].
+
+use std::fs;
+use std::future::Future;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use supplychain::manifest::{self, Limits as ManifestLimits, VerifyError};
+use supplychain::oci::{ArtifactKind, OciReference, OciSource, Transport};
+use supplychain::snapshot::{self, CheckError};
+use supplychain::verification::{self, CompiledPolicy};
+use supplychain::{git, oci};
+
+use super::cli::{
+    ArtifactKindArg, CheckArgs, Command, CommonArgs, FetchCommand, FetchGitArgs, FetchOciArgs,
+    RegistryArgs, ResolveCommand, ResolveGitArgs, ResolveOciArgs, SourceCommand, StepBounds,
+    VerifyCommand, VerifyOciArgs,
+};
+use super::credentials::{git_credentials, read_optional, registry_credentials};
+use super::{FileResult, OperationRef, ResultDocument, StepError, StepOutput, budget};
+
+/// The largest verification policy read.
+const MAX_POLICY_BYTES: u64 = 1024 * 1024;
+
+/// A finished step: its document, its exit code and where else the
+/// document goes.
+#[derive(Debug)]
+pub struct Finished {
+    /// The result document.
+    pub document: ResultDocument,
+    /// The process exit code.
+    pub exit_code: i32,
+    /// `--result-file`, when given.
+    pub result_file: Option<PathBuf>,
+}
+
+/// The future of one step.
+type StepFuture = std::pin::Pin<Box<dyn Future<Output = Result<StepOutput, StepError>> + Send>>;
+
+/// A step ready to run: its name, operation, bounds, dispatch and execution
+/// deadlines, and its future.
+type Planned = (
+    &'static str,
+    Option<OperationRef>,
+    StepBounds,
+    Option<Timestamp>,
+    Option<Timestamp>,
+    StepFuture,
+);
+
+/// Runs the step `command` names, within its deadlines.
+pub async fn run_step(command: Command) -> Finished {
+    let started = Timestamp::now();
+    let step_name = match &command {
+        Command::Plan(_) => "plan",
+        Command::History(_) => "history",
+        _ => "observe",
+    };
+    let (step, operation, bounds, dispatch, execution, outcome): Planned = match command {
+        Command::Source(SourceCommand::Check(a)) => (
+            "source check",
+            None,
+            a.bounds.clone(),
+            None,
+            None,
+            Box::pin(check_snapshot(a)),
+        ),
+        Command::Source(SourceCommand::Fetch(FetchCommand::Git(a))) => (
+            "source fetch git",
+            None,
+            a.bounds.clone(),
+            None,
+            None,
+            Box::pin(fetch_git(a)),
+        ),
+        Command::Source(SourceCommand::Fetch(FetchCommand::Oci(a))) => (
+            "source fetch oci",
+            None,
+            a.bounds.clone(),
+            None,
+            None,
+            Box::pin(fetch_oci(a)),
+        ),
+        Command::Resolve(ResolveCommand::Git(a)) => {
+            let c = a.common.clone();
+            (
+                "resolve git",
+                Some(operation_ref(&c)),
+                c.bounds,
+                c.dispatch_not_after,
+                c.execution_not_after,
+                Box::pin(resolve_git(a)),
+            )
+        }
+        Command::Resolve(ResolveCommand::Oci(a)) => {
+            let c = a.common.clone();
+            (
+                "resolve oci",
+                Some(operation_ref(&c)),
+                c.bounds,
+                c.dispatch_not_after,
+                c.execution_not_after,
+                Box::pin(resolve_oci(a)),
+            )
+        }
+        Command::Verify(VerifyCommand::Oci(a)) => {
+            let c = a.common.clone();
+            (
+                "verify oci",
+                Some(operation_ref(&c)),
+                c.bounds,
+                c.dispatch_not_after,
+                c.execution_not_after,
+                Box::pin(verify_oci(a)),
+            )
+        }
+        Command::Observe(a) | Command::Plan(a) | Command::History(a) => {
+            let c = a.common.clone();
+            (
+                step_name,
+                Some(operation_ref(&c)),
+                c.bounds,
+                None,
+                None,
+                Box::pin(not_implemented()),
+            )
+        }
+        Command::Apply(a) => {
+            let c = a.database.common.clone();
+            (
+                "apply",
+                Some(operation_ref(&c)),
+                c.bounds,
+                None,
+                None,
+                Box::pin(not_implemented()),
+            )
+        }
+    };
+    let result = match dispatch {
+        Some(t) if Timestamp::now() > t => Err(StepError::Deadline(format!(
+            "started after --dispatch-not-after={t}: nothing was done"
+        ))),
+        _ => guarded(budget(bounds.timeout, execution), outcome).await,
+    };
+    let exit_code = match &result {
+        Ok(_) => super::EXIT_OK,
+        Err(e) => e.exit_code(),
+    };
+    Finished {
+        document: ResultDocument::new(step, operation, started, &result),
+        exit_code,
+        result_file: bounds.result_file,
+    }
+}
+
+async fn not_implemented() -> Result<StepOutput, StepError> {
+    Err(StepError::NotImplemented(
+        "needs the Ptah executor (docs/executor.md); the flags were checked".into(),
+    ))
+}
+
+/// The step within `limit`, ended early by SIGTERM.
+async fn guarded(
+    limit: Duration,
+    step: impl Future<Output = Result<StepOutput, StepError>>,
+) -> Result<StepOutput, StepError> {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        r = tokio::time::timeout(limit, step) => r.unwrap_or_else(|_| Err(StepError::Deadline(format!(
+            "the step did not finish within {}s (--timeout / --execution-not-after)",
+            limit.as_secs()
+        )))),
+        () = term => Err(StepError::Terminated),
+    }
+}
+
+fn operation_ref(c: &CommonArgs) -> OperationRef {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    OperationRef {
+        operation_id: c.operation_id.clone(),
+        attempt: c.attempt,
+        resource: c.resource.clone(),
+        resource_uid: c.resource_uid.clone(),
+        generation: c.generation,
+        input_fingerprint: c.input_fingerprint.clone(),
+        pod_name: env("PTAH_POD_NAME"),
+        pod_uid: env("PTAH_POD_UID"),
+        job_uid: env("PTAH_JOB_UID"),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StepError> + Send + 'static,
+) -> Result<T, StepError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StepError::failed(format!("the step's task ended abnormally: {e}")))?
+}
+
+fn file_result(e: &manifest::Entry) -> FileResult {
+    FileResult {
+        path: e.path.clone(),
+        size: e.size,
+        sha256: format!("sha256:{}", hex_of(&e.sha256)),
+    }
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+// ---- source check (ConfigMap snapshot) ----
+
+fn check_error(e: CheckError) -> StepError {
+    let file = e.path().map(str::to_string);
+    match e {
+        CheckError::NoManifest => StepError::refused("manifest", file, e.to_string()),
+        CheckError::Io { .. } => StepError::failed(e.to_string()),
+        CheckError::NotAFile { .. } => StepError::refused("snapshotFiles", file, e.to_string()),
+        CheckError::Verify(ref v) => {
+            let rule = match v {
+                VerifyError::ManifestDigest { .. } => "contentDigest",
+                VerifyError::Parse(_) => "manifest",
+                VerifyError::Files(_) => "limits",
+                VerifyError::Missing { .. }
+                | VerifyError::Extra { .. }
+                | VerifyError::Size { .. }
+                | VerifyError::Hash { .. } => "manifest",
+            };
+            let file = file.or_else(|| {
+                matches!(
+                    v,
+                    VerifyError::ManifestDigest { .. } | VerifyError::Parse(_)
+                )
+                .then(|| snapshot::MANIFEST_KEY.to_string())
+            });
+            StepError::refused(rule, file, e.to_string())
+        }
+    }
+}
+
+async fn check_snapshot(a: CheckArgs) -> Result<StepOutput, StepError> {
+    if !a.snapshot.is_dir() {
+        return Err(StepError::input(format!(
+            "--snapshot={}: not a directory (is the snapshot ConfigMap mounted?)",
+            a.snapshot.display()
+        )));
+    }
+    blocking(move || {
+        let manifest = snapshot::check_mounted(
+            &a.snapshot,
+            &a.content_digest,
+            &a.out,
+            &ManifestLimits::default(),
+        )
+        .map_err(check_error)?;
+        Ok(StepOutput::SnapshotChecked {
+            content_digest: a.content_digest,
+            files: manifest.entries().iter().map(file_result).collect(),
+        })
+    })
+    .await
+}
+
+// ---- Git ----
+
+fn git_options(work_dir: PathBuf) -> git::Options {
+    git::Options {
+        work_dir,
+        ..git::Options::default()
+    }
+}
+
+fn work_dir() -> PathBuf {
+    std::env::temp_dir()
+}
+
+fn recorded_ref(full: Option<&str>, commit: &str) -> git::GitRef {
+    match full {
+        Some(r) => match r.strip_prefix("refs/heads/") {
+            Some(b) => git::GitRef::Branch(b.to_string()),
+            None => git::GitRef::Tag(r.trim_start_matches("refs/tags/").to_string()),
+        },
+        None => git::GitRef::Commit(commit.to_string()),
+    }
+}
+
+fn git_fetch_error(e: git::FetchError) -> StepError {
+    use git::FetchError as F;
+    match e {
+        F::DigestMismatch { .. } => StepError::refused("contentDigest", None, e.to_string()),
+        F::Unreachable { .. } | F::NotFetchable { .. } => {
+            StepError::refused("reachability", None, e.to_string())
+        }
+        F::BudgetExhausted { .. } => StepError::refused("fetchBudget", None, e.to_string()),
+        F::InvalidCommitId { .. } => StepError::input(e.to_string()),
+        F::Read(ref r) => read_error(r, e.to_string()),
+        F::Advertise(git::AdvertiseError::Url { .. })
+        | F::Advertise(git::AdvertiseError::Credentials { .. }) => StepError::input(e.to_string()),
+        F::Advertise(git::AdvertiseError::Transport(git::TransportError::HostKeyNotPinned {
+            ..
+        })) => StepError::refused("knownHosts", None, e.to_string()),
+        F::Fetch(git::FetchStepError::NotShallow { .. }) => {
+            StepError::refused("shallowFetch", None, e.to_string())
+        }
+        F::Fetch(git::FetchStepError::TooManyBytes { .. }) => {
+            StepError::refused("fetchBudget", None, e.to_string())
+        }
+        _ => StepError::failed(e.to_string()),
+    }
+}
+
+fn read_error(r: &git::ReadError, message: String) -> StepError {
+    use git::ReadError as R;
+    match r {
+        R::Submodule { path } => StepError::refused("submodule", Some(path.clone()), message),
+        R::LfsPointer { path } => StepError::refused("lfs", Some(path.clone()), message),
+        R::SymlinkEscapes { path, .. }
+        | R::SymlinkTarget { path, .. }
+        | R::SymlinkInPath { path } => StepError::refused("symlink", Some(path.clone()), message),
+        R::FileTooLarge { path, .. } | R::TooDeep { path } => {
+            StepError::refused("limits", Some(path.clone()), message)
+        }
+        R::NotFound { path, .. } => StepError::refused("path", Some(path.clone()), message),
+        R::Manifest(_) | R::Path(_) | R::NotUtf8 { .. } => {
+            StepError::refused("files", None, message)
+        }
+        R::MissingCommit { .. } | R::Repository { .. } => StepError::failed(message),
+    }
+}
+
+/// `dir/rel`, refusing a path that is absolute or climbs out.
+fn inside(dir: &Path, rel: &str) -> Result<PathBuf, StepError> {
+    let p = Path::new(rel);
+    if rel.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(StepError::refused(
+            "files",
+            Some(rel.to_string()),
+            "the path is not a plain relative path",
+        ));
+    }
+    Ok(dir.join(p))
+}
+
+fn write_files<'a>(
+    out: &Path,
+    files: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> Result<Vec<FileResult>, StepError> {
+    let mut written = Vec::new();
+    fs::create_dir_all(out)
+        .map_err(|e| StepError::failed(format!("--out={}: {e}", out.display())))?;
+    for (rel, bytes) in files {
+        let to = inside(out, rel)?;
+        if let Some(parent) = to.parent() {
+            fs::create_dir_all(parent)
+                .map_err(|e| StepError::failed(format!("file {rel:?}: {e}")))?;
+        }
+        fs::write(&to, bytes).map_err(|e| StepError::failed(format!("file {rel:?}: {e}")))?;
+        written.push(file_result(&manifest::Entry::of(rel.to_string(), bytes)));
+    }
+    Ok(written)
+}
+
+async fn fetch_git(a: FetchGitArgs) -> Result<StepOutput, StepError> {
+    let credentials = git_credentials(a.credentials.as_deref())?;
+    let source = git::GitSource {
+        url: a.url.clone(),
+        git_ref: recorded_ref(a.git_ref.as_deref(), &a.commit),
+        path: a.path.clone(),
+    };
+    let fetched = git::fetch_recorded_async(
+        source,
+        a.commit.clone(),
+        a.content_digest.clone(),
+        credentials,
+        git_options(work_dir()),
+    )
+    .await
+    .map_err(git_fetch_error)?;
+    let out = a.out.clone();
+    let files = blocking(move || {
+        write_files(
+            &out,
+            fetched
+                .files
+                .iter()
+                .map(|f| (f.path.as_str(), f.bytes.as_slice())),
+        )
+        .map(|files| (fetched.resolution, files))
+    })
+    .await?;
+    Ok(StepOutput::GitFetched {
+        resolution: files.0,
+        files: files.1,
+    })
+}
+
+fn git_resolve_error(e: git::ResolveError) -> StepError {
+    use git::ResolveError as R;
+    match e {
+        R::RefNotFound { .. } => StepError::refused("ref", None, e.to_string()),
+        R::CommitNotAdvertised { .. } | R::CommitRefused { .. } => {
+            StepError::refused("reachability", None, e.to_string())
+        }
+        R::InvalidCommitId { .. } => StepError::input(e.to_string()),
+        R::Read(ref r) => read_error(r, e.to_string()),
+        R::Advertise(git::AdvertiseError::Url { .. })
+        | R::Advertise(git::AdvertiseError::Credentials { .. }) => StepError::input(e.to_string()),
+        R::Advertise(git::AdvertiseError::Transport(git::TransportError::HostKeyNotPinned {
+            ..
+        })) => StepError::refused("knownHosts", None, e.to_string()),
+        R::Fetch(git::FetchStepError::NotShallow { .. }) => {
+            StepError::refused("shallowFetch", None, e.to_string())
+        }
+        R::Fetch(git::FetchStepError::TooManyBytes { .. }) => {
+            StepError::refused("fetchBudget", None, e.to_string())
+        }
+        _ => StepError::failed(e.to_string()),
+    }
+}
+
+async fn resolve_git(a: ResolveGitArgs) -> Result<StepOutput, StepError> {
+    let credentials = git_credentials(a.credentials.as_deref())?;
+    let git_ref = match (a.branch, a.tag, a.commit) {
+        (Some(b), None, None) => git::GitRef::Branch(b),
+        (None, Some(t), None) => git::GitRef::Tag(t),
+        (None, None, Some(c)) => git::GitRef::Commit(c),
+        _ => {
+            return Err(StepError::input(
+                "exactly one of --branch, --tag or --commit",
+            ));
+        }
+    };
+    let source = git::GitSource {
+        url: a.url,
+        git_ref,
+        path: a.path,
+    };
+    let fetched = git::resolve_async(source, credentials, git_options(work_dir()))
+        .await
+        .map_err(git_resolve_error)?;
+    Ok(StepOutput::GitResolved {
+        resolution: fetched.resolution,
+    })
+}
+
+// ---- OCI ----
+
+fn oci_error(e: oci::OciError) -> StepError {
+    use oci::OciError as O;
+    match e {
+        O::Reference { .. } | O::Credentials(_) | O::CustomCa(_) => StepError::input(e.to_string()),
+        O::TooLarge { .. } => StepError::refused("limits", None, e.to_string()),
+        O::DigestMismatch { .. } => StepError::refused("digest", None, e.to_string()),
+        O::Manifest { .. } => StepError::refused("manifest", None, e.to_string()),
+        O::ArtifactType { .. } => StepError::refused("artifactType", None, e.to_string()),
+        O::Registry { .. } => StepError::failed(e.to_string()),
+    }
+}
+
+fn oci_source(reference: &str, registry: &RegistryArgs) -> Result<OciSource, StepError> {
+    let parsed: OciReference = reference
+        .parse()
+        .map_err(|e| StepError::input(format!("--reference: {e}")))?;
+    let ca_pem = match &registry.ca_file {
+        None => None,
+        Some(path) => Some(read_optional(path)?.ok_or_else(|| {
+            StepError::input(format!("--ca-file={}: no such file", path.display()))
+        })?),
+    };
+    let env = |k: &str| std::env::var(k).ok();
+    let credentials =
+        registry_credentials(&parsed.registry, registry.docker_config.as_deref(), &env)?;
+    OciSource::new(
+        parsed,
+        credentials,
+        &Transport {
+            plain_http: registry.plain_http,
+            ca_pem,
+        },
+        oci::Limits::default(),
+    )
+    .map_err(oci_error)
+}
+
+fn kind_of_resource(common: &CommonArgs) -> ArtifactKind {
+    if common.resource.kind == "PtahMigration" {
+        ArtifactKind::Migrations
+    } else {
+        ArtifactKind::Schema
+    }
+}
+
+async fn fetch_oci(a: FetchOciArgs) -> Result<StepOutput, StepError> {
+    let source = oci_source(&a.reference, &a.registry)?;
+    let digest = source
+        .reference()
+        .digest
+        .clone()
+        .ok_or_else(|| StepError::input("--reference: must be pinned by digest"))?;
+    let kind = match a.artifact_kind {
+        Some(ArtifactKindArg::Schema) => ArtifactKind::Schema,
+        Some(ArtifactKindArg::Migrations) => ArtifactKind::Migrations,
+        None => {
+            let m = source.fetch_manifest(&digest).await.map_err(oci_error)?;
+            match oci::declared_artifact_type(&m.manifest) {
+                Some(oci::SCHEMA_ARTIFACT_TYPE) => ArtifactKind::Schema,
+                Some(oci::MIGRATIONS_ARTIFACT_TYPE) => ArtifactKind::Migrations,
+                other => {
+                    return Err(StepError::refused(
+                        "artifactType",
+                        None,
+                        format!(
+                            "artifact {digest} declares {}, not a Ptah schema or migrations artifact",
+                            other.unwrap_or("no artifact type")
+                        ),
+                    ));
+                }
+            }
+        }
+    };
+    let layers = source.fetch(&digest, kind).await.map_err(oci_error)?;
+    let out = a.out.clone();
+    let described = layers.iter().map(|l| l.layer.clone()).collect();
+    blocking(move || {
+        write_files(
+            &out,
+            layers
+                .iter()
+                .map(|l| (l.layer.title.as_str(), l.bytes.as_slice())),
+        )
+    })
+    .await?;
+    Ok(StepOutput::OciFetched {
+        reference: source.reference().pinned(&digest).to_string(),
+        digest,
+        artifact_type: kind.artifact_type().to_string(),
+        layers: described,
+    })
+}
+
+async fn resolve_oci(a: ResolveOciArgs) -> Result<StepOutput, StepError> {
+    let source = oci_source(&a.reference, &a.registry)?;
+    let resolution = source
+        .resolve(kind_of_resource(&a.common))
+        .await
+        .map_err(oci_error)?;
+    Ok(StepOutput::OciResolved { resolution })
+}
+
+async fn verify_oci(a: VerifyOciArgs) -> Result<StepOutput, StepError> {
+    let bytes = read_policy(&a.policy)?;
+    let policy = CompiledPolicy::parse(&bytes).map_err(|e| {
+        StepError::refused(
+            "policy",
+            Some(a.policy.display().to_string()),
+            format!("the verification policy does not parse: {e}"),
+        )
+    })?;
+    let source = oci_source(&a.reference, &a.registry)?;
+    let digest = source
+        .reference()
+        .digest
+        .clone()
+        .ok_or_else(|| StepError::input("--reference: must be pinned by digest"))?;
+    let evidence = verification::verify(&source, &digest, kind_of_resource(&a.common), &policy)
+        .await
+        .map_err(|r| {
+            let message = format!("refused by {}: {}", r.rule, r.reason);
+            StepError::refused(r.rule, None, message)
+        })?;
+    Ok(StepOutput::OciVerified {
+        reference: source.reference().pinned(&digest).to_string(),
+        evidence,
+    })
+}
+
+fn read_policy(path: &Path) -> Result<Vec<u8>, StepError> {
+    let bytes = fs::read(path)
+        .map_err(|e| StepError::input(format!("--policy={}: {}", path.display(), e.kind())))?;
+    if bytes.len() as u64 > MAX_POLICY_BYTES {
+        return Err(StepError::input(format!(
+            "--policy={}: larger than {MAX_POLICY_BYTES} bytes",
+            path.display()
+        )));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[tokio::test]
+    async fn a_step_past_its_budget_ends_with_the_deadline() {
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Err(StepError::failed("unreachable"))
+        };
+        let err = guarded(Duration::from_millis(50), slow).await.unwrap_err();
+        assert!(matches!(err, StepError::Deadline(_)), "{err:?}");
+        assert_eq!(err.exit_code(), super::super::EXIT_DEADLINE);
+    }
+
+    #[tokio::test]
+    async fn a_step_started_after_its_dispatch_deadline_does_nothing() {
+        use clap::Parser;
+        const D: &str = "sha256:3333333333333333333333333333333333333333333333333333333333333333";
+        let cli = super::super::cli::Cli::try_parse_from([
+            "ptah-runner".to_string(),
+            "resolve".into(),
+            "oci".into(),
+            format!("--operation-id={D}"),
+            "--attempt=1".into(),
+            "--resource=PtahSchema/ns/orders".into(),
+            "--resource-uid=u".into(),
+            "--generation=1".into(),
+            format!("--input-fingerprint={D}"),
+            "--result-url=https://r.example/v1/results".into(),
+            "--result-token-file=/var/run/ptah/result/token".into(),
+            "--dispatch-not-after=2020-01-01T00:00:00Z".into(),
+            // Nothing listens here: reaching it would fail, not time out.
+            "--reference=oci://127.0.0.1:9/x:v1".into(),
+            "--plain-http".into(),
+        ])
+        .unwrap();
+        let finished = run_step(cli.command).await;
+        assert_eq!(finished.exit_code, super::super::EXIT_DEADLINE);
+        let summary = finished.document.summary().render();
+        assert!(summary.contains("DeadlineExceeded"), "{summary}");
+        assert!(summary.contains("dispatch-not-after"), "{summary}");
+    }
+
+    #[tokio::test]
+    async fn database_operations_are_not_implemented_yet() {
+        use clap::Parser;
+        const D: &str = "sha256:3333333333333333333333333333333333333333333333333333333333333333";
+        let cli = super::super::cli::Cli::try_parse_from([
+            "ptah-runner".to_string(),
+            "observe".into(),
+            format!("--operation-id={D}"),
+            "--attempt=1".into(),
+            "--resource=PtahSchema/ns/orders".into(),
+            "--resource-uid=u".into(),
+            "--generation=1".into(),
+            format!("--input-fingerprint={D}"),
+            "--result-url=https://r.example/v1/results".into(),
+            "--result-token-file=/var/run/ptah/result/token".into(),
+            "--engine=postgresql".into(),
+            "--source=/source".into(),
+            "--source-kind=ConfigMap".into(),
+            format!("--content-digest={D}"),
+            "--connect-timeout=10s".into(),
+            "--lock-timeout=30s".into(),
+        ])
+        .unwrap();
+        let finished = run_step(cli.command).await;
+        assert_eq!(finished.exit_code, super::super::EXIT_NOT_IMPLEMENTED);
+        let summary = finished.document.summary().render();
+        assert!(summary.contains("needs the Ptah executor"), "{summary}");
+    }
+
+    #[test]
+    fn paths_out_of_the_output_are_refused() {
+        let dir = Path::new("/source");
+        assert!(inside(dir, "a/b.sql").is_ok());
+        for bad in ["", "/etc/passwd", "../x", "a/../../x", "./a"] {
+            assert!(inside(dir, bad).is_err(), "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tampered_snapshot_is_refused_naming_the_file() {
+        let files = BTreeMap::from([
+            (
+                "001_init.sql".to_string(),
+                b"CREATE TABLE a (id int);\n".to_vec(),
+            ),
+            (
+                "002_more.sql".to_string(),
+                b"CREATE TABLE b (id int);\n".to_vec(),
+            ),
+        ]);
+        let source = snapshot::SourceConfigMap {
+            data: files
+                .iter()
+                .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+                .collect(),
+            binary_data: BTreeMap::new(),
+        };
+        let snap = snapshot::take(&source, &[], "uid", &ManifestLimits::default()).unwrap();
+        let mounted = tempfile::tempdir().unwrap();
+        for (k, v) in snap.data() {
+            fs::write(mounted.path().join(k), v).unwrap();
+        }
+        let out = tempfile::tempdir().unwrap();
+        let args = |out: &Path| CheckArgs {
+            snapshot: mounted.path().to_path_buf(),
+            content_digest: snap.content_digest.clone(),
+            out: out.to_path_buf(),
+            bounds: StepBounds {
+                timeout: Duration::from_secs(10),
+                result_file: None,
+            },
+        };
+        let ok = check_snapshot(args(out.path())).await.unwrap();
+        assert!(matches!(ok, StepOutput::SnapshotChecked { ref files, .. } if files.len() == 2));
+        assert!(out.path().join("002_more.sql").is_file());
+
+        fs::write(mounted.path().join("002_more.sql"), "DROP TABLE b;\n").unwrap();
+        let out2 = tempfile::tempdir().unwrap();
+        let err = check_snapshot(args(out2.path())).await.unwrap_err();
+        match &err {
+            StepError::Refused { file, .. } => assert_eq!(file.as_deref(), Some("002_more.sql")),
+            other => panic!("{other:?}"),
+        }
+        assert!(!out2.path().join("001_init.sql").exists());
+    }
+}
