@@ -13,6 +13,7 @@ pub mod gitserve;
 pub mod harness;
 pub mod kubelet;
 pub mod service;
+pub mod testkit;
 pub mod tools;
 
 /// Installs the one rustls crypto provider of the workspace (aws-lc-rs).

@@ -49,8 +49,7 @@ struct Scope {
 
 impl Drop for Scope {
     fn drop(&mut self) {
-        // A failed test unwinds here: clean up from a thread of its own, since
-        // the test's runtime may be gone.
+        // A failed test unwinds here (see `clean_up`).
         let harness = self.harness;
         let ns = self.ns.clone();
         let cluster = std::mem::take(
@@ -59,21 +58,15 @@ impl Drop for Scope {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()),
         );
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async {
-                let client = harness.client().await?;
-                for (ar, name) in cluster {
-                    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-                    ignore_not_found(api.delete(&name, &DeleteParams::default()).await)?;
-                }
-                let namespaces: Api<Namespace> = Api::all(client);
-                ignore_not_found(namespaces.delete(&ns, &DeleteParams::default()).await)
-            })
-        })
-        .join();
+        conformance::testkit::clean_up(move || async move {
+            let client = harness.client().await?;
+            for (ar, name) in cluster {
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+                ignore_not_found(api.delete(&name, &DeleteParams::default()).await)?;
+            }
+            let namespaces: Api<Namespace> = Api::all(client);
+            ignore_not_found(namespaces.delete(&ns, &DeleteParams::default()).await)
+        });
     }
 }
 

@@ -9,12 +9,12 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use conformance::harness::Harness;
+use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
 use operator::api::PtahSchema;
 use operator::api::common::ConfigMapKeyRef;
 use operator::api::source::{ConfigMapSource, SourceKind};
@@ -28,83 +28,31 @@ use supplychain::snapshot::{self, MANIFEST_KEY, SourceConfigMap};
 use supplychain::source_policy::policy_digest;
 
 /// One test's namespace on the shared harness, deleted at the end of the
-/// test, also when it fails.
-struct Scope {
-    harness: &'static Harness,
-    client: Client,
-    ns: String,
-}
+/// test, also when it fails (see [`TestNamespace`]).
+struct Scope(TestNamespace);
 
-impl Drop for Scope {
-    fn drop(&mut self) {
-        // A failed test unwinds here: delete the namespace from a thread of
-        // its own, since the test's runtime may be gone.
-        let (harness, ns) = (self.harness, self.ns.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async {
-                let namespaces: Api<Namespace> = Api::all(harness.client().await?);
-                match namespaces.delete(&ns, &DeleteParams::default()).await {
-                    Err(kube::Error::Api(e)) if e.code == 404 => Ok::<_, anyhow::Error>(()),
-                    Err(e) => Err(e.into()),
-                    Ok(_) => Ok(()),
-                }
-            })
-        })
-        .join();
+impl std::ops::Deref for Scope {
+    type Target = TestNamespace;
+    fn deref(&self) -> &TestNamespace {
+        &self.0
     }
 }
 
 impl Scope {
     async fn new(test: &str) -> anyhow::Result<Scope> {
         let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
-        let client = harness.client().await?;
-        conformance::crds::install(&client).await?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .subsec_nanos();
-        let ns = format!("cmres-{test}-{:05x}", nanos & 0xfffff);
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        namespaces
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-            )
-            .await?;
-        Ok(Scope {
-            harness,
-            client,
-            ns,
-        })
+        Ok(Scope(
+            TestNamespace::new(harness, "cmres", test, NamespaceSpec::default().with_crds())
+                .await?,
+        ))
     }
 
     fn config_maps(&self) -> Api<ConfigMap> {
-        Api::namespaced(self.client.clone(), &self.ns)
+        self.api()
     }
 
     fn schemas(&self) -> Api<PtahSchema> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    async fn create(&self, cm: serde_json::Value) -> anyhow::Result<ConfigMap> {
-        let cm: ConfigMap = serde_json::from_value(cm)?;
-        Ok(self
-            .config_maps()
-            .create(&PostParams::default(), &cm)
-            .await?)
-    }
-
-    async fn patch_data(&self, name: &str, key: &str, value: &str) -> anyhow::Result<()> {
-        self.config_maps()
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"data": {key: value}})),
-            )
-            .await?;
-        Ok(())
+        self.api()
     }
 
     /// A real PtahSchema whose source is the ConfigMap `source`, as stored.
@@ -192,7 +140,7 @@ async fn wait_gone(api: &Api<ConfigMap>, name: &str) -> anyhow::Result<()> {
 async fn resolution_writes_reuses_and_replaces_an_owned_immutable_snapshot() -> anyhow::Result<()> {
     let s = Scope::new("res").await?;
     let source = s
-        .create(json!({
+        .create::<ConfigMap>(json!({
             "metadata": {"name": "schema"},
             "data": {"001_init.sql": INIT, "002_users.sql": USERS, "notes.txt": "not selected\n"},
         }))
@@ -202,7 +150,7 @@ async fn resolution_writes_reuses_and_replaces_an_owned_immutable_snapshot() -> 
 
     // The first resolution writes the snapshot: immutable, owned by the
     // PtahSchema, its files giving the digest the pure layer computes.
-    let first = resolve_configmap(&s.client, &owner, &spec, None).await?;
+    let first = resolve_configmap(s.client(), &owner, &spec, None).await?;
     assert!(first.created);
     let expected = snapshot::take(
         &SourceConfigMap {
@@ -252,7 +200,7 @@ async fn resolution_writes_reuses_and_replaces_an_owned_immutable_snapshot() -> 
     assert!(edit.is_err(), "an immutable ConfigMap refuses edits");
 
     // Resolving again without a change reuses it: no new object.
-    let again = resolve_configmap(&s.client, &owner, &spec, None).await?;
+    let again = resolve_configmap(s.client(), &owner, &spec, None).await?;
     assert!(!again.created);
     let mut reused = first.clone();
     reused.created = false;
@@ -260,22 +208,22 @@ async fn resolution_writes_reuses_and_replaces_an_owned_immutable_snapshot() -> 
     assert_eq!(s.snapshots().await?, vec![first.snapshot_name.clone()]);
 
     // An edit to an unselected key keeps the digest and the snapshot.
-    s.patch_data("schema", "notes.txt", "edited, still not selected\n")
+    s.set_config_map_key("schema", "notes.txt", "edited, still not selected\n")
         .await?;
-    let unselected = resolve_configmap(&s.client, &owner, &spec, None).await?;
+    let unselected = resolve_configmap(s.client(), &owner, &spec, None).await?;
     assert!(!unselected.created);
     assert_eq!(unselected.content_digest, first.content_digest);
     assert_eq!(unselected.snapshot_name, first.snapshot_name);
     assert_eq!(s.snapshots().await?, vec![first.snapshot_name.clone()]);
 
     // An edit to a selected key makes a new snapshot beside the old one...
-    s.patch_data(
+    s.set_config_map_key(
         "schema",
         "002_users.sql",
         "ALTER TABLE users ADD COLUMN name text;\n",
     )
     .await?;
-    let edited = resolve_configmap(&s.client, &owner, &spec, None).await?;
+    let edited = resolve_configmap(s.client(), &owner, &spec, None).await?;
     assert!(edited.created);
     assert_ne!(edited.content_digest, first.content_digest);
     assert_ne!(edited.snapshot_name, first.snapshot_name);
@@ -284,7 +232,7 @@ async fn resolution_writes_reuses_and_replaces_an_owned_immutable_snapshot() -> 
     // ...and once the new resolution is stored, the old one, named by
     // nothing, is deleted; the one still named stays.
     let deleted = collect_snapshots(
-        &s.client,
+        s.client(),
         &owner,
         std::slice::from_ref(&edited.snapshot_name),
     )
@@ -294,7 +242,7 @@ async fn resolution_writes_reuses_and_replaces_an_owned_immutable_snapshot() -> 
     // Collecting again deletes nothing.
     assert!(
         collect_snapshots(
-            &s.client,
+            s.client(),
             &owner,
             std::slice::from_ref(&edited.snapshot_name)
         )
@@ -304,7 +252,7 @@ async fn resolution_writes_reuses_and_replaces_an_owned_immutable_snapshot() -> 
 
     // Another resource's snapshots are not this one's to collect.
     let other = s.schema("other", "schema", SELECTED).await?;
-    let theirs = resolve_configmap(&s.client, &other, &spec, None).await?;
+    let theirs = resolve_configmap(s.client(), &other, &spec, None).await?;
     assert_ne!(
         theirs.snapshot_name, edited.snapshot_name,
         "the owner UID is in the name"
@@ -312,7 +260,7 @@ async fn resolution_writes_reuses_and_replaces_an_owned_immutable_snapshot() -> 
 
     // The source moved to Git or OCI: its first resolution names no snapshot,
     // and the last one goes.
-    let deleted = collect_snapshots(&s.client, &owner, &[]).await?;
+    let deleted = collect_snapshots(s.client(), &owner, &[]).await?;
     assert_eq!(deleted, vec![edited.snapshot_name.clone()]);
     assert_eq!(s.snapshots().await?, vec![theirs.snapshot_name.clone()]);
     Ok(())
@@ -322,13 +270,13 @@ async fn resolution_writes_reuses_and_replaces_an_owned_immutable_snapshot() -> 
 async fn deleting_the_owner_lets_the_garbage_collector_remove_its_snapshots() -> anyhow::Result<()>
 {
     let s = Scope::new("gc").await?;
-    s.create(json!({
+    s.create::<ConfigMap>(json!({
         "metadata": {"name": "schema"},
         "data": {"001_init.sql": INIT, "002_users.sql": USERS},
     }))
     .await?;
     let owner = s.schema("orders", "schema", &[]).await?;
-    let r = resolve_configmap(&s.client, &owner, &source_spec("schema", &[]), None).await?;
+    let r = resolve_configmap(s.client(), &owner, &source_spec("schema", &[]), None).await?;
     assert!(s.config_maps().get_opt(&r.snapshot_name).await?.is_some());
     s.schemas()
         .delete(&owner.name, &DeleteParams::background())
@@ -346,25 +294,34 @@ async fn a_source_policy_refuses_by_name_and_by_size_before_any_snapshot_is_writ
     let policy_text =
         "version: 1\nrules:\n  - configMap:\n      names: [\"schema-*\"]\n      maxSize: 100\n";
     let policy_cm = s
-        .create(json!({"metadata": {"name": "policy"}, "data": {"policy.yaml": policy_text}}))
+        .create::<ConfigMap>(
+            json!({"metadata": {"name": "policy"}, "data": {"policy.yaml": policy_text}}),
+        )
         .await?;
     let policy = ConfigMapKeyRef {
         name: "policy".into(),
         key: "policy.yaml".into(),
     };
-    s.create(json!({"metadata": {"name": "other"}, "data": {"a.sql": INIT}}))
+    s.create::<ConfigMap>(json!({"metadata": {"name": "other"}, "data": {"a.sql": INIT}}))
         .await?;
-    s.create(json!({"metadata": {"name": "schema-big"}, "data": {"a.sql": "x".repeat(101)}}))
-        .await?;
-    s.create(json!({"metadata": {"name": "schema-ok"}, "data": {"a.sql": INIT}}))
+    s.create::<ConfigMap>(
+        json!({"metadata": {"name": "schema-big"}, "data": {"a.sql": "x".repeat(101)}}),
+    )
+    .await?;
+    s.create::<ConfigMap>(json!({"metadata": {"name": "schema-ok"}, "data": {"a.sql": INIT}}))
         .await?;
     let owner = s.schema("orders", "other", &[]).await?;
 
     // By name.
-    let err = resolve_configmap(&s.client, &owner, &source_spec("other", &[]), Some(&policy))
-        .await
-        .err()
-        .context("a name outside the policy is refused")?;
+    let err = resolve_configmap(
+        s.client(),
+        &owner,
+        &source_spec("other", &[]),
+        Some(&policy),
+    )
+    .await
+    .err()
+    .context("a name outside the policy is refused")?;
     assert!(matches!(err, ResolveError::Refused { .. }), "{err}");
     assert!(!err.is_transient());
     let msg = err.to_string();
@@ -376,7 +333,7 @@ async fn a_source_policy_refuses_by_name_and_by_size_before_any_snapshot_is_writ
 
     // By size: the selected files hold 101 bytes.
     let err = resolve_configmap(
-        &s.client,
+        s.client(),
         &owner,
         &source_spec("schema-big", &[]),
         Some(&policy),
@@ -393,7 +350,7 @@ async fn a_source_policy_refuses_by_name_and_by_size_before_any_snapshot_is_writ
 
     // An admitted source records the policy it was checked against.
     let ok = resolve_configmap(
-        &s.client,
+        s.client(),
         &owner,
         &source_spec("schema-ok", &[]),
         Some(&policy),
@@ -412,7 +369,7 @@ async fn a_source_policy_refuses_by_name_and_by_size_before_any_snapshot_is_writ
         key: "policy.yaml".into(),
     };
     let err = resolve_configmap(
-        &s.client,
+        s.client(),
         &owner,
         &source_spec("other", &[]),
         Some(&missing),
@@ -427,7 +384,7 @@ async fn a_source_policy_refuses_by_name_and_by_size_before_any_snapshot_is_writ
         key: "nope.yaml".into(),
     };
     let err = resolve_configmap(
-        &s.client,
+        s.client(),
         &owner,
         &source_spec("other", &[]),
         Some(&wrong_key),
@@ -436,14 +393,16 @@ async fn a_source_policy_refuses_by_name_and_by_size_before_any_snapshot_is_writ
     .err()
     .context("missing key")?;
     assert!(err.to_string().contains("nope.yaml"), "{err}");
-    s.create(json!({"metadata": {"name": "bad-policy"}, "data": {"p": "version: 2\n"}}))
-        .await?;
+    s.create::<ConfigMap>(
+        json!({"metadata": {"name": "bad-policy"}, "data": {"p": "version: 2\n"}}),
+    )
+    .await?;
     let bad = ConfigMapKeyRef {
         name: "bad-policy".into(),
         key: "p".into(),
     };
     let err = resolve_configmap(
-        &s.client,
+        s.client(),
         &owner,
         &source_spec("schema-ok", &[]),
         Some(&bad),
@@ -463,21 +422,21 @@ async fn a_source_policy_refuses_by_name_and_by_size_before_any_snapshot_is_writ
 async fn a_missing_source_or_key_is_a_clear_error() -> anyhow::Result<()> {
     let s = Scope::new("miss").await?;
     let owner = s.schema("orders", "absent", &[]).await?;
-    let err = resolve_configmap(&s.client, &owner, &source_spec("absent", &[]), None)
+    let err = resolve_configmap(s.client(), &owner, &source_spec("absent", &[]), None)
         .await
         .err()
         .context("a missing ConfigMap is an error")?;
     assert!(matches!(err, ResolveError::SourceMissing { .. }), "{err}");
     assert_eq!(
         err.to_string(),
-        format!("source ConfigMap {}/absent not found", s.ns)
+        format!("source ConfigMap {}/absent not found", s.name())
     );
     assert!(!err.is_transient());
 
-    s.create(json!({"metadata": {"name": "present"}, "data": {"001_init.sql": INIT}}))
+    s.create::<ConfigMap>(json!({"metadata": {"name": "present"}, "data": {"001_init.sql": INIT}}))
         .await?;
     let err = resolve_configmap(
-        &s.client,
+        s.client(),
         &owner,
         &source_spec("present", &["001_init.sql", "002_missing.sql"]),
         None,
@@ -497,15 +456,16 @@ async fn a_missing_source_or_key_is_a_clear_error() -> anyhow::Result<()> {
 async fn a_snapshot_deleted_or_replaced_no_longer_holds_and_is_never_overwritten()
 -> anyhow::Result<()> {
     let s = Scope::new("hold").await?;
-    s.create(json!({
+    s.create::<ConfigMap>(json!({
         "metadata": {"name": "schema"},
         "data": {"001_init.sql": INIT, "002_users.sql": USERS},
     }))
     .await?;
     let owner = s.schema("orders", "schema", &[]).await?;
     let spec = source_spec("schema", &[]);
-    let r = resolve_configmap(&s.client, &owner, &spec, None).await?;
-    let hold = snapshot_still_holds(&s.client, &s.ns, &r.snapshot_name, &r.content_digest).await?;
+    let r = resolve_configmap(s.client(), &owner, &spec, None).await?;
+    let hold =
+        snapshot_still_holds(s.client(), s.name(), &r.snapshot_name, &r.content_digest).await?;
     assert_eq!(hold, SnapshotHold::Holds);
 
     // Deleted under the operation.
@@ -514,7 +474,8 @@ async fn a_snapshot_deleted_or_replaced_no_longer_holds_and_is_never_overwritten
         .delete(&r.snapshot_name, &DeleteParams::default())
         .await?;
     wait_gone(&s.config_maps(), &r.snapshot_name).await?;
-    let hold = snapshot_still_holds(&s.client, &s.ns, &r.snapshot_name, &r.content_digest).await?;
+    let hold =
+        snapshot_still_holds(s.client(), s.name(), &r.snapshot_name, &r.content_digest).await?;
     assert!(matches!(hold, SnapshotHold::Missing { .. }), "{hold:?}");
     assert!(!hold.holds());
     assert!(
@@ -535,7 +496,8 @@ async fn a_snapshot_deleted_or_replaced_no_longer_holds_and_is_never_overwritten
     s.config_maps()
         .create(&PostParams::default(), &impostor)
         .await?;
-    let hold = snapshot_still_holds(&s.client, &s.ns, &r.snapshot_name, &r.content_digest).await?;
+    let hold =
+        snapshot_still_holds(s.client(), s.name(), &r.snapshot_name, &r.content_digest).await?;
     match &hold {
         SnapshotHold::Replaced { reason, .. } => {
             assert!(reason.contains("002_users.sql"), "names the file: {reason}")
@@ -545,7 +507,7 @@ async fn a_snapshot_deleted_or_replaced_no_longer_holds_and_is_never_overwritten
     assert!(!hold.holds());
 
     // Resolving again refuses the impostor rather than overwrite or reuse it.
-    let err = resolve_configmap(&s.client, &owner, &spec, None)
+    let err = resolve_configmap(s.client(), &owner, &spec, None)
         .await
         .err()
         .context("a snapshot with other content is refused")?;

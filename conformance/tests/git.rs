@@ -6,29 +6,14 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Output;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use base64::Engine;
 use conformance::gitserve::{self, Endpoints, commit_files, create_repo, git, repo};
+use conformance::testkit::{self, unique};
 
 async fn endpoints() -> Endpoints {
-    let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
-    Endpoints::from_env_file(harness).expect("git endpoints in the harness env file")
-}
-
-/// A repository name no other test (or earlier run on the same harness) uses.
-fn unique(prefix: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    format!(
-        "{prefix}-{}-{nanos}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    testkit::git::endpoints(conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await)
 }
 
 fn output(cmd: &mut std::process::Command) -> Output {

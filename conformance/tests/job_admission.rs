@@ -12,60 +12,58 @@
 //! Event naming Pod Security.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, Resource};
 use serde_json::json;
 
-use conformance::crds;
 use conformance::harness::{BASE_IMAGE, Harness};
+use conformance::testkit::job::{pod_spec, secret_names};
+use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
+use conformance::testkit::wait::Patience;
 use operator::execution::examples;
 use operator::execution::job::build_job;
 use operator::testing;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The test's namespace, and the cluster-scoped objects it made, deleted at
-/// the end, also when the test fails.
+/// Every wait of these tests: at most [`TIMEOUT`], looking every 250 ms.
+const PATIENCE: Patience = Patience::new(TIMEOUT, Duration::from_millis(250));
+
+/// The cluster-scoped objects the test made, deleted at the end, also when
+/// the test fails; its namespace goes with the [`TestNamespace`].
 struct Scope {
     harness: &'static Harness,
-    ns: String,
     cluster: Vec<(&'static str, String)>,
+    _namespace: TestNamespace,
 }
 
 impl Drop for Scope {
     fn drop(&mut self) {
-        let (harness, ns, cluster) = (self.harness, self.ns.clone(), self.cluster.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async {
-                let client = harness.client().await?;
-                let dp = DeleteParams::default();
-                let _ = Api::<Namespace>::all(client.clone()).delete(&ns, &dp).await;
-                for (kind, name) in cluster {
-                    let _ = match kind {
-                        "PriorityClass" => Api::<PriorityClass>::all(client.clone())
-                            .delete(&name, &dp)
-                            .await
-                            .map(|_| ()),
-                        _ => Api::<RuntimeClass>::all(client.clone())
-                            .delete(&name, &dp)
-                            .await
-                            .map(|_| ()),
-                    };
-                }
-                Ok::<_, anyhow::Error>(())
-            })
-        })
-        .join();
+        let (harness, cluster) = (self.harness, self.cluster.clone());
+        conformance::testkit::clean_up(move || async move {
+            let client = harness.client().await?;
+            let dp = DeleteParams::default();
+            for (kind, name) in cluster {
+                let _ = match kind {
+                    "PriorityClass" => Api::<PriorityClass>::all(client.clone())
+                        .delete(&name, &dp)
+                        .await
+                        .map(|_| ()),
+                    _ => Api::<RuntimeClass>::all(client.clone())
+                        .delete(&name, &dp)
+                        .await
+                        .map(|_| ()),
+                };
+            }
+            Ok(())
+        });
     }
 }
 
@@ -78,24 +76,6 @@ where
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
-    }
-}
-
-/// Polls `probe` until it yields a value, at most [`TIMEOUT`].
-async fn poll<T, F, Fut>(what: &str, mut probe: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = probe().await? {
-            return Ok(v);
-        }
-        if start.elapsed() > TIMEOUT {
-            bail!("{what} did not happen within {TIMEOUT:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
@@ -117,33 +97,25 @@ async fn failed_creates(client: &Client, ns: &str, job: &str) -> anyhow::Result<
 #[tokio::test]
 async fn every_operation_job_and_its_pod_are_admitted_under_restricted() -> anyhow::Result<()> {
     let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
-    let client = harness.client().await?;
-    crds::install(&client).await?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .subsec_nanos();
-    let ns = format!("ja-restricted-{:05x}", nanos & 0xfffff);
+    // Pod Security `restricted`, enforced; Pods are refused until the
+    // namespace has its default ServiceAccount.
+    let namespace = TestNamespace::new(
+        harness,
+        "ja",
+        "restricted",
+        NamespaceSpec::default()
+            .with_crds()
+            .restricted()
+            .with_service_account(TIMEOUT),
+    )
+    .await?;
+    let (client, ns) = (namespace.client().clone(), namespace.name().to_owned());
     let mut scope = Scope {
         harness,
-        ns: ns.clone(),
         cluster: Vec::new(),
+        _namespace: namespace,
     };
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns, "labels": {
-                "pod-security.kubernetes.io/enforce": "restricted",
-                "pod-security.kubernetes.io/enforce-version": "latest",
-                "pod-security.kubernetes.io/warn": "restricted",
-                "pod-security.kubernetes.io/warn-version": "latest",
-            }}}))?,
-        )
-        .await?;
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
-    poll("the default ServiceAccount", || async {
-        Ok(sas.get_opt("default").await?)
-    })
-    .await?;
 
     // The namespace enforces: a Pod without a security context is refused.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -185,32 +157,14 @@ async fn every_operation_job_and_its_pod_are_admitted_under_restricted() -> anyh
             operator::execution::job::OwnerKind::PtahMigration => migration_uid.clone(),
         };
         let job = build_job(&input).with_context(|| format!("{stem}: build"))?;
-        let pod = job
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .context("pod spec")?;
+        let pod = pod_spec(&job)?;
 
         // Everything the Pod names exists.
-        let mut secret_names = BTreeSet::new();
+        let mut secret_names = secret_names(pod);
         let mut config_map_names = BTreeSet::new();
         for v in pod.volumes.iter().flatten() {
-            if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
-                secret_names.insert(s);
-            }
             if let Some(c) = &v.config_map {
                 config_map_names.insert(c.name.clone());
-            }
-        }
-        for c in pod.init_containers.iter().flatten().chain(&pod.containers) {
-            for e in c.env.iter().flatten() {
-                if let Some(s) = e
-                    .value_from
-                    .as_ref()
-                    .and_then(|v| v.secret_key_ref.as_ref())
-                {
-                    secret_names.insert(s.name.clone());
-                }
             }
         }
         for s in pod.image_pull_secrets.iter().flatten() {
@@ -280,14 +234,15 @@ async fn every_operation_job_and_its_pod_are_admitted_under_restricted() -> anyh
     for (stem, job) in &created {
         let name = job.metadata.name.clone().context("job name")?;
         let lp = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}"));
-        let found = poll(&format!("{stem}: a Pod of Job {name}"), || async {
-            let failed = failed_creates(&client, &ns, &name).await?;
-            if !failed.is_empty() {
-                bail!("{stem}: the Pod of Job {name} was refused: {failed:?}");
-            }
-            Ok(pods.list(&lp).await?.items.into_iter().next())
-        })
-        .await?;
+        let found = PATIENCE
+            .poll(&format!("{stem}: a Pod of Job {name}"), || async {
+                let failed = failed_creates(&client, &ns, &name).await?;
+                if !failed.is_empty() {
+                    bail!("{stem}: the Pod of Job {name} was refused: {failed:?}");
+                }
+                Ok(pods.list(&lp).await?.items.into_iter().next())
+            })
+            .await?;
         let spec = found.spec.context("pod spec")?;
         assert_eq!(spec.automount_service_account_token, Some(false), "{stem}");
         let failed = failed_creates(&client, &ns, &name).await?;
@@ -328,11 +283,12 @@ async fn every_operation_job_and_its_pod_are_admitted_under_restricted() -> anyh
         }
     }
     jobs.create(&PostParams::default(), &job).await?;
-    let refused = poll(&format!("a FailedCreate Event of Job {name}"), || async {
-        let failed = failed_creates(&client, &ns, &name).await?;
-        Ok((!failed.is_empty()).then_some(failed))
-    })
-    .await?;
+    let refused = PATIENCE
+        .poll(&format!("a FailedCreate Event of Job {name}"), || async {
+            let failed = failed_creates(&client, &ns, &name).await?;
+            Ok((!failed.is_empty()).then_some(failed))
+        })
+        .await?;
     assert!(
         refused.iter().any(|m| m.contains("PodSecurity")),
         "{refused:?}"

@@ -7,101 +7,56 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use base64::Engine;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{
-    ConfigMap, ContainerStatus, Namespace, Pod, Secret, ServiceAccount,
-};
-use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Pod, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher;
 use serde_json::json;
 
 use conformance::harness::{BASE_IMAGE, Harness};
+use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
+use conformance::testkit::wait::Patience;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
+/// Every wait of these tests: at most [`TIMEOUT`], looking every 200 ms.
+const PATIENCE: Patience = Patience::new(TIMEOUT, Duration::from_millis(200));
+
 /// One test's namespace on the shared harness, deleted at the end of the
-/// test, also when it fails.
+/// test, also when it fails (see [`TestNamespace`]).
 struct Scope {
     harness: &'static Harness,
-    client: Client,
     ns: String,
+    namespace: TestNamespace,
 }
 
-impl Drop for Scope {
-    fn drop(&mut self) {
-        // A failed test unwinds here: delete its namespace from a thread of
-        // its own, since the test's runtime may be gone.
-        let (harness, ns) = (self.harness, self.ns.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async {
-                let namespaces: Api<Namespace> = Api::all(harness.client().await?);
-                match namespaces.delete(&ns, &DeleteParams::default()).await {
-                    Err(kube::Error::Api(e)) if e.code == 404 => Ok::<_, anyhow::Error>(()),
-                    Err(e) => Err(e.into()),
-                    Ok(_) => Ok(()),
-                }
-            })
-        })
-        .join();
+impl std::ops::Deref for Scope {
+    type Target = TestNamespace;
+    fn deref(&self) -> &TestNamespace {
+        &self.namespace
     }
 }
 
 impl Scope {
     async fn new(test: &str) -> anyhow::Result<Scope> {
         let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
-        let client = harness.client().await?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .subsec_nanos();
-        let ns = format!("kj-{test}-{:05x}", nanos & 0xfffff);
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        namespaces
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-            )
-            .await?;
         // Pods are refused until the namespace has its default ServiceAccount.
-        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
-        wait(
-            "the default ServiceAccount",
-            await_condition(sas, "default", |sa: Option<&ServiceAccount>| sa.is_some()),
+        let namespace = TestNamespace::new(
+            harness,
+            "kj",
+            test,
+            NamespaceSpec::default().with_service_account(TIMEOUT),
         )
         .await?;
         Ok(Scope {
             harness,
-            client,
-            ns,
+            ns: namespace.name().to_owned(),
+            namespace,
         })
-    }
-
-    fn api<K>(&self) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    async fn create<K>(&self, value: serde_json::Value) -> anyhow::Result<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        let obj: K = serde_json::from_value(value)?;
-        Ok(self.api::<K>().create(&PostParams::default(), &obj).await?)
     }
 
     /// A Job running `containers` (and `init`) on the base image, never retried.
@@ -119,10 +74,11 @@ impl Scope {
     async fn job_pod(&self, job: &str) -> anyhow::Result<Pod> {
         let pods = self.api::<Pod>();
         let lp = ListParams::default().labels(&format!("job-name={job}"));
-        poll(&format!("a pod of job {job}"), || async {
-            Ok(pods.list(&lp).await?.items.into_iter().next())
-        })
-        .await
+        PATIENCE
+            .poll(&format!("a pod of job {job}"), || async {
+                Ok(pods.list(&lp).await?.items.into_iter().next())
+            })
+            .await
     }
 
     async fn wait_pod(
@@ -131,25 +87,27 @@ impl Scope {
         what: &str,
         cond: impl Fn(&Pod) -> bool,
     ) -> anyhow::Result<Pod> {
-        let found = wait(
-            what,
-            await_condition(self.api::<Pod>(), name, move |p: Option<&Pod>| {
-                p.is_some_and(&cond)
-            }),
-        )
-        .await?;
+        let found = PATIENCE
+            .wait(
+                what,
+                await_condition(self.api::<Pod>(), name, move |p: Option<&Pod>| {
+                    p.is_some_and(&cond)
+                }),
+            )
+            .await?;
         found.context("pod vanished")
     }
 
     async fn wait_job_condition(&self, name: &str, type_: &str) -> anyhow::Result<Job> {
         let t = type_.to_string();
-        let job = wait(
-            &format!("job {name} {type_}"),
-            await_condition(self.api::<Job>(), name, move |j: Option<&Job>| {
-                job_condition(j, &t).is_some()
-            }),
-        )
-        .await?;
+        let job = PATIENCE
+            .wait(
+                &format!("job {name} {type_}"),
+                await_condition(self.api::<Job>(), name, move |j: Option<&Job>| {
+                    job_condition(j, &t).is_some()
+                }),
+            )
+            .await?;
         job.context("job vanished")
     }
 
@@ -178,36 +136,6 @@ fn job_condition<'a>(
         .as_ref()?
         .iter()
         .find(|c| c.type_ == type_ && c.status == "True")
-}
-
-/// Waits for a future (a condition watch) with the test timeout.
-async fn wait<T, E: std::fmt::Display>(
-    what: &str,
-    fut: impl std::future::Future<Output = Result<T, E>>,
-) -> anyhow::Result<T> {
-    match tokio::time::timeout(TIMEOUT, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => bail!("waiting for {what}: {e}"),
-        Err(_) => bail!("{what} did not happen within {TIMEOUT:?}"),
-    }
-}
-
-/// Polls `probe` until it yields a value (for things no single watch sees).
-async fn poll<T, F, Fut>(what: &str, mut probe: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
-{
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        if let Some(v) = probe().await? {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("{what} did not happen within {TIMEOUT:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 fn status_of<'a>(pod: &'a Pod, container: &str) -> Option<&'a ContainerStatus> {
@@ -615,15 +543,16 @@ async fn job_active_deadline_stops_the_pod_and_fails_the_job() -> anyhow::Result
         Some("DeadlineExceeded")
     );
     // The Job controller deletes its pod; the kubelet stops it and removes it.
-    wait(
-        "the job's pod to be gone",
-        await_condition(
-            s.api::<Pod>(),
-            pod.metadata.name.as_deref().unwrap_or_default(),
-            conditions::is_deleted(pod.metadata.uid.as_deref().unwrap_or_default()),
-        ),
-    )
-    .await?;
+    PATIENCE
+        .wait(
+            "the job's pod to be gone",
+            await_condition(
+                s.api::<Pod>(),
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                conditions::is_deleted(pod.metadata.uid.as_deref().unwrap_or_default()),
+            ),
+        )
+        .await?;
     assert_eq!(s.read_log(&pod, "main")?, "started\nstopped by SIGTERM\n");
     s.end().await
 }
@@ -682,33 +611,36 @@ async fn owner_deletion_removes_job_and_pod(
             },
         )
         .await?;
-    wait(
-        "the job to be collected",
-        await_condition(
-            s.api::<Job>(),
-            "owned",
-            conditions::is_deleted(job.metadata.uid.as_deref().unwrap_or_default()),
-        ),
-    )
-    .await?;
-    wait(
-        "the pod to be collected",
-        await_condition(
-            s.api::<Pod>(),
-            &pod_name,
-            conditions::is_deleted(pod.metadata.uid.as_deref().unwrap_or_default()),
-        ),
-    )
-    .await?;
-    wait(
-        "the owner to be gone",
-        await_condition(
-            s.api::<ConfigMap>(),
-            "owner",
-            conditions::is_deleted(owner.metadata.uid.as_deref().unwrap_or_default()),
-        ),
-    )
-    .await?;
+    PATIENCE
+        .wait(
+            "the job to be collected",
+            await_condition(
+                s.api::<Job>(),
+                "owned",
+                conditions::is_deleted(job.metadata.uid.as_deref().unwrap_or_default()),
+            ),
+        )
+        .await?;
+    PATIENCE
+        .wait(
+            "the pod to be collected",
+            await_condition(
+                s.api::<Pod>(),
+                &pod_name,
+                conditions::is_deleted(pod.metadata.uid.as_deref().unwrap_or_default()),
+            ),
+        )
+        .await?;
+    PATIENCE
+        .wait(
+            "the owner to be gone",
+            await_condition(
+                s.api::<ConfigMap>(),
+                "owner",
+                conditions::is_deleted(owner.metadata.uid.as_deref().unwrap_or_default()),
+            ),
+        )
+        .await?;
     s.end().await
 }
 
@@ -728,18 +660,20 @@ async fn delete_and_watch(s: &Scope, name: &str) -> anyhow::Result<(Pod, Duratio
     let pods = s.api::<Pod>();
     let mut stream = Box::pin(watcher::watch_object(pods.clone(), name));
     // The current state first, so the watch is established before deleting.
-    let first = wait("the pod's watch", async {
-        stream.next().await.context("watch ended")
-    })
-    .await??;
+    let first = PATIENCE
+        .wait("the pod's watch", async {
+            stream.next().await.context("watch ended")
+        })
+        .await??;
     let mut last = first.with_context(|| format!("pod {name} is not there"))?;
     let started = Instant::now();
     pods.delete(name, &DeleteParams::default()).await?;
     loop {
-        match wait("the pod to be gone", async {
-            stream.next().await.context("watch ended")
-        })
-        .await??
+        match PATIENCE
+            .wait("the pod to be gone", async {
+                stream.next().await.context("watch ended")
+            })
+            .await??
         {
             Some(p) => last = p,
             None => return Ok((last, started.elapsed())),
@@ -777,13 +711,14 @@ async fn deleting_a_running_pod_sends_sigterm_then_sigkill_after_the_grace_perio
         s.wait_pod(&name, "pod Running", |p| phase(p) == "Running")
             .await?;
         let log = s.log(p, "main");
-        poll("the container to be ready", || async {
-            Ok(std::fs::read_to_string(&log)
-                .ok()
-                .filter(|l| l.contains("ready"))
-                .map(|_| ()))
-        })
-        .await?;
+        PATIENCE
+            .poll("the container to be ready", || async {
+                Ok(std::fs::read_to_string(&log)
+                    .ok()
+                    .filter(|l| l.contains("ready"))
+                    .map(|_| ()))
+            })
+            .await?;
     }
     let (last, took) = delete_and_watch(&s, "polite").await?;
     let t = terminated(&last, "main").context("polite terminated before deletion")?;

@@ -7,9 +7,13 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use conformance::gitserve::parse_env_file;
+use conformance::testkit::oci::{
+    self, Artifact, EMPTY_CONFIG_TYPE, Key, OCI_MANIFEST, Registry, random_hex, run_ok, sha256,
+    sign_command, verify_command,
+};
+use conformance::testkit::unique;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::manifest::{OciDescriptor, OciManifest};
 use oci_client::secrets::RegistryAuth;
@@ -18,33 +22,13 @@ use oci_client::{Client, Reference};
 // The Ptah CLI's schema artifact (see the CLI reference, §4).
 const SCHEMA_ARTIFACT_TYPE: &str = "application/vnd.stokaro.ptah.schema.v1";
 const SCHEMA_LAYER_TYPE: &str = "application/vnd.stokaro.ptah.schema.hcl.v1";
-const EMPTY_CONFIG_TYPE: &str = "application/vnd.oci.empty.v1+json";
-const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 // What cosign v3 stores by default: a sigstore bundle, attached as a referrer.
 const SIGSTORE_BUNDLE_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
 
-struct Registry {
-    /// host:port of distribution v3, plain HTTP.
-    host: String,
-    /// host:port of `oci-registry`, the one with the referrers API.
-    referrers_host: String,
-    cosign: PathBuf,
-}
-
 async fn registry() -> Registry {
     let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
-    let vars = parse_env_file(&harness.env().expect("the harness env file")).unwrap();
-    let get = |k: &str| {
-        vars.get(k)
-            .cloned()
-            .unwrap_or_else(|| panic!("{k} not in env file"))
-    };
-    Registry {
-        host: get("PTAH_REGISTRY"),
-        referrers_host: get("PTAH_REFERRERS_REGISTRY"),
-        cosign: PathBuf::from(get("PTAH_TOOLS_BIN")).join("cosign"),
-    }
+    Registry::from_harness(harness).unwrap()
 }
 
 fn client() -> Client {
@@ -54,14 +38,6 @@ fn client() -> Client {
         platform_resolver: None,
         ..Default::default()
     })
-}
-
-fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!("{prefix}-{}-{nanos}", std::process::id())
 }
 
 /// The Ptah version `ptah schema push` would stamp: the pinned one.
@@ -76,141 +52,71 @@ fn pinned_ptah_version() -> String {
         .to_string()
 }
 
-fn sha256(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
-}
-
 /// Pushes `schema.hcl` as the Ptah CLI's schema artifact: an OCI 1.1 image
 /// manifest with `artifactType`, the empty config (inline, as oras-go packs
-/// it), one titled layer, and the CLI's annotations. The manifest is written
-/// as JSON here because the typed manifest of oci-client has no `data`
-/// field. Returns the manifest digest.
+/// it), one titled layer, and the CLI's annotations. Returns the manifest
+/// digest.
 async fn push_schema_artifact(client: &Client, reference: &Reference, schema: &[u8]) -> String {
-    let auth = RegistryAuth::Anonymous;
+    let artifact = Artifact::new(
+        SCHEMA_ARTIFACT_TYPE,
+        SCHEMA_LAYER_TYPE,
+        "schema.hcl",
+        schema,
+    )
+    .annotation("io.stokaro.ptah.schema-format", "hcl")
+    .annotation("io.stokaro.ptah.version", pinned_ptah_version())
+    .created_now();
+    push(client, reference, &artifact)
+        .await
+        .expect("push the schema artifact")
+}
+
+/// Pushes an artifact's blobs and manifest with the OCI client; answers the
+/// manifest digest.
+async fn push(
+    client: &Client,
+    reference: &Reference,
+    artifact: &Artifact<'_>,
+) -> anyhow::Result<String> {
+    let packed = artifact.pack()?;
     client
-        .store_auth_if_needed(reference.resolve_registry(), &auth)
+        .store_auth_if_needed(reference.resolve_registry(), &RegistryAuth::Anonymous)
         .await;
-    let config = b"{}";
-    let config_digest = sha256(config);
-    let layer_digest = sha256(schema);
-    client
-        .push_blob(reference, config.to_vec(), &config_digest)
-        .await
-        .expect("push the empty config");
-    client
-        .push_blob(reference, schema.to_vec(), &layer_digest)
-        .await
-        .expect("push the schema layer");
-    let manifest = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "artifactType": SCHEMA_ARTIFACT_TYPE,
-        "config": {
-            "mediaType": EMPTY_CONFIG_TYPE,
-            "digest": config_digest,
-            "size": config.len(),
-            "data": "e30=",
-        },
-        "layers": [{
-            "mediaType": SCHEMA_LAYER_TYPE,
-            "digest": layer_digest,
-            "size": schema.len(),
-            "annotations": {"org.opencontainers.image.title": "schema.hcl"},
-        }],
-        "annotations": {
-            "io.stokaro.ptah.kind": SCHEMA_ARTIFACT_TYPE,
-            "io.stokaro.ptah.schema-format": "hcl",
-            "io.stokaro.ptah.version": pinned_ptah_version(),
-            "org.opencontainers.image.created": jiff::Timestamp::now().to_string(),
-        },
-    });
-    let bytes = serde_json::to_vec(&manifest).unwrap();
+    for (blob, digest) in packed.blobs {
+        client.push_blob(reference, blob, &digest).await?;
+    }
     client
         .push_manifest_raw(
             reference,
-            bytes.clone(),
+            packed.manifest,
             http::HeaderValue::from_static(OCI_MANIFEST),
         )
-        .await
-        .expect("push the manifest");
-    sha256(&bytes)
+        .await?;
+    Ok(packed.digest)
 }
 
-/// A random password for a cosign key, never printed.
-fn password() -> String {
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .unwrap()
-        .read_exact(&mut bytes)
-        .unwrap();
-    hex::encode(bytes)
-}
-
-/// cosign with a private HOME and Docker config, so nothing of the user's
-/// leaks in and nothing is left behind.
-fn cosign(reg: &Registry, home: &Path) -> Command {
-    let mut cmd = Command::new(&reg.cosign);
-    cmd.env("HOME", home)
-        .env("DOCKER_CONFIG", home.join("docker"))
-        .env_remove("COSIGN_PASSWORD")
-        .env_remove("COSIGN_EXPERIMENTAL");
-    cmd
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.output().expect("cosign runs")
-}
-
-/// Makes a cosign key pair in `dir`; returns (key, pub, password).
-fn key_pair(reg: &Registry, dir: &Path) -> (PathBuf, PathBuf, String) {
-    std::fs::create_dir_all(dir).unwrap();
-    let password = password();
-    let out = run(cosign(reg, dir)
-        .current_dir(dir)
-        .env("COSIGN_PASSWORD", &password)
-        .arg("generate-key-pair"));
-    assert!(
-        out.status.success(),
-        "cosign generate-key-pair: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (dir.join("cosign.key"), dir.join("cosign.pub"), password)
+/// Makes a cosign key pair in `dir` with a random password.
+fn key_pair(reg: &Registry, dir: &Path) -> Key {
+    oci::key_pair(&reg.cosign, dir, &random_hex()).unwrap()
 }
 
 /// Signs `reference` with a new key pair made in `<work>/signer`: a keyed
-/// signature, no transparency log, plain HTTP to the loopback registry.
-/// `--tlog-upload` is deprecated in v3 in favour of a signing config file,
-/// but with one cosign still reaches for the public TUF repository; this
-/// form stays offline. Returns the public key.
+/// signature (cosign v3's sigstore bundle), offline. Returns the public key.
 fn sign(reg: &Registry, work: &Path, reference: &str) -> PathBuf {
-    let (key, public, password) = key_pair(reg, &work.join("signer"));
-    let out = run(cosign(reg, work)
-        .env("COSIGN_PASSWORD", &password)
-        .args(["sign", "--yes", "--allow-http-registry"])
-        .args(["--use-signing-config=false", "--tlog-upload=false"])
-        .arg("--key")
-        .arg(&key)
-        .arg(reference));
-    assert!(
-        out.status.success(),
-        "cosign sign: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    public
+    let key = key_pair(reg, &work.join("signer"));
+    run_ok(
+        "cosign sign",
+        &mut sign_command(&reg.cosign, work, &key, reference, false, None),
+    )
+    .unwrap();
+    key.public
 }
 
 /// `cosign verify` of `reference` with `public`, offline.
 fn verify(reg: &Registry, work: &Path, public: &Path, reference: &str) -> Output {
-    run(cosign(reg, work)
-        .args([
-            "verify",
-            "--allow-http-registry",
-            "--insecure-ignore-tlog=true",
-        ])
-        .arg("--key")
-        .arg(public)
-        .arg(reference))
+    verify_command(&reg.cosign, work, public, reference)
+        .output()
+        .expect("cosign runs")
 }
 
 /// The JSON body and status of a plain GET on the registry.
@@ -333,7 +239,7 @@ async fn a_keyed_cosign_signature_of_a_schema_artifact_is_found_as_a_referrer_an
     );
 
     // Another key: refused.
-    let (_, other_public, _) = key_pair(&reg, &work.path().join("other"));
+    let other_public = key_pair(&reg, &work.path().join("other")).public;
     let out = verify(&reg, work.path(), &other_public, &pinned.whole());
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);

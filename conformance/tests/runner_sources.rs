@@ -20,20 +20,18 @@
 //! init container, the main container's command is replaced by a shell that
 //! lists `/source`, so what the init container copied is observable.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ContainerStateTerminated, ContainerStatus, Namespace, Pod, Secret, ServiceAccount,
+    ConfigMap, ContainerStateTerminated, ContainerStatus, Pod, Secret,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::{Client, Resource};
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Reference, client::Client as OciClient};
@@ -41,6 +39,10 @@ use serde_json::{Value, json};
 
 use conformance::gitserve::{Endpoints, commit_files, create_repo, parse_env_file};
 use conformance::harness::{EXECUTOR_IMAGE_PINNED, Harness, OPERATOR_IMAGE_PINNED};
+use conformance::testkit::job::{pod_spec, secret_names};
+use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
+use conformance::testkit::oci::{Artifact, OCI_MANIFEST, key_pair, run_ok, sha256, sign_command};
+use conformance::testkit::wait::Patience;
 use operator::api::source::{
     GitRef, OciTransport, RegistryAuth as SourceRegistryAuth, RegistryAuthMode,
 };
@@ -57,77 +59,53 @@ use supplychain::snapshot::{self, SourceConfigMap};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Every wait of these tests: at most [`TIMEOUT`], looking every 250 ms.
+const PATIENCE: Patience = Patience::new(TIMEOUT, Duration::from_millis(250));
+
 /// One test's namespace with a real PtahSchema owner (so the garbage
-/// collector keeps the Jobs), deleted at the end, also when the test fails.
+/// collector keeps the Jobs), deleted at the end, also when the test fails
+/// (see [`TestNamespace`]).
 struct Scope {
     harness: &'static Harness,
-    client: Client,
     ns: String,
     owner_uid: String,
+    namespace: TestNamespace,
 }
 
-impl Drop for Scope {
-    fn drop(&mut self) {
-        let (harness, ns) = (self.harness, self.ns.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async {
-                let client = harness.client().await?;
-                let _ = Api::<Namespace>::all(client)
-                    .delete(&ns, &DeleteParams::default())
-                    .await;
-                Ok::<_, anyhow::Error>(())
-            })
-        })
-        .join();
+impl std::ops::Deref for Scope {
+    type Target = TestNamespace;
+    fn deref(&self) -> &TestNamespace {
+        &self.namespace
     }
 }
 
 impl Scope {
     async fn new(test: &str) -> anyhow::Result<Scope> {
         let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
-        let client = harness.client().await?;
-        conformance::crds::install(&client).await?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .subsec_nanos();
-        let ns = format!("rs-{test}-{:05x}", nanos & 0xfffff);
-        Api::<Namespace>::all(client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-            )
-            .await?;
-        let mut scope = Scope {
+        let namespace = TestNamespace::new(
             harness,
-            client: client.clone(),
-            ns: ns.clone(),
-            owner_uid: String::new(),
-        };
-        let sas: Api<ServiceAccount> = scope.api();
-        poll("the default ServiceAccount", || async {
-            Ok(sas.get_opt("default").await?)
-        })
+            "rs",
+            test,
+            NamespaceSpec::default()
+                .with_crds()
+                .with_service_account(TIMEOUT),
+        )
         .await?;
+        let ns = namespace.name().to_owned();
         let mut schema = testing::schema_example();
         schema.metadata = serde_json::from_value(json!({"name": "orders", "namespace": ns}))?;
         schema.status = None;
-        let schema = Api::namespaced(client, &ns)
+        let schema = namespace
+            .api()
             .create(&PostParams::default(), &schema)
             .await
             .context("creating the PtahSchema owner")?;
-        scope.owner_uid = schema.metadata.uid.context("schema uid")?;
-        Ok(scope)
-    }
-
-    fn api<K>(&self) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        <K as Resource>::DynamicType: Default,
-    {
-        Api::namespaced(self.client.clone(), &self.ns)
+        Ok(Scope {
+            harness,
+            ns,
+            owner_uid: schema.metadata.uid.context("schema uid")?,
+            namespace,
+        })
     }
 
     /// The example input of `op` on `kind`, made real: this namespace's
@@ -155,28 +133,7 @@ impl Scope {
     /// result token) with throwaway values, then the Job; answers its Pod
     /// once it has finished.
     async fn run(&self, job: &Job) -> anyhow::Result<Pod> {
-        let pod = job
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .context("pod spec")?;
-        let mut secret_names = BTreeSet::new();
-        for v in pod.volumes.iter().flatten() {
-            if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
-                secret_names.insert(s);
-            }
-        }
-        for c in pod.init_containers.iter().flatten().chain(&pod.containers) {
-            for e in c.env.iter().flatten() {
-                if let Some(s) = e
-                    .value_from
-                    .as_ref()
-                    .and_then(|v| v.secret_key_ref.as_ref())
-                {
-                    secret_names.insert(s.name.clone());
-                }
-            }
-        }
+        let secret_names = secret_names(pod_spec(job)?);
         let secrets: Api<Secret> = self.api();
         for name in secret_names {
             let obj: Secret = serde_json::from_value(json!({
@@ -196,15 +153,16 @@ impl Scope {
             .with_context(|| format!("creating Job {name}"))?;
         let pods: Api<Pod> = self.api();
         let lp = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}"));
-        poll(&format!("the Pod of Job {name} to finish"), || async {
-            Ok(pods.list(&lp).await?.items.into_iter().find(|p| {
-                matches!(
-                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                    Some("Succeeded" | "Failed")
-                )
-            }))
-        })
-        .await
+        PATIENCE
+            .poll(&format!("the Pod of Job {name} to finish"), || async {
+                Ok(pods.list(&lp).await?.items.into_iter().find(|p| {
+                    matches!(
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                        Some("Succeeded" | "Failed")
+                    )
+                }))
+            })
+            .await
     }
 
     fn read_log(&self, pod: &Pod, container: &str) -> anyhow::Result<String> {
@@ -214,24 +172,6 @@ impl Scope {
 
     fn vars(&self) -> anyhow::Result<BTreeMap<String, String>> {
         parse_env_file(&self.harness.env()?)
-    }
-}
-
-/// Polls `probe` until it yields a value, at most [`TIMEOUT`].
-async fn poll<T, F, Fut>(what: &str, mut probe: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = probe().await? {
-            return Ok(v);
-        }
-        if start.elapsed() > TIMEOUT {
-            bail!("{what} did not happen within {TIMEOUT:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
@@ -430,14 +370,15 @@ async fn a_tampered_snapshot_is_refused_naming_the_file_before_the_database_url_
     config_maps
         .delete(&snap.name, &DeleteParams::default())
         .await?;
-    poll("the snapshot to go", || async {
-        Ok(config_maps
-            .get_opt(&snap.name)
-            .await?
-            .is_none()
-            .then_some(()))
-    })
-    .await?;
+    PATIENCE
+        .poll("the snapshot to go", || async {
+            Ok(config_maps
+                .get_opt(&snap.name)
+                .await?
+                .is_none()
+                .then_some(()))
+        })
+        .await?;
     let mut data = snap.data();
     data.insert("002_more.sql".into(), "DROP TABLE a;\n".into());
     config_maps
@@ -559,11 +500,6 @@ async fn a_git_fetch_init_container_fetches_the_recorded_commit_and_refuses_a_wr
     Ok(())
 }
 
-fn sha256(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
-}
-
 /// Pushes one file as a Ptah schema artifact under `tagged`; answers the
 /// manifest digest.
 async fn push_schema(tagged: &str, schema: &[u8]) -> anyhow::Result<String> {
@@ -573,6 +509,12 @@ async fn push_schema(tagged: &str, schema: &[u8]) -> anyhow::Result<String> {
 /// Pushes one file as an artifact of `artifact_type`, in the shape of
 /// `ptah schema push`; answers the manifest digest.
 async fn push_artifact(tagged: &str, artifact_type: &str, schema: &[u8]) -> anyhow::Result<String> {
+    let packed = Artifact::new(artifact_type, SCHEMA_LAYER_TYPE, "schema.hcl", schema)
+        .annotation(
+            "org.opencontainers.image.source",
+            "https://git.example/acme/schemas",
+        )
+        .pack()?;
     let client = OciClient::new(ClientConfig {
         protocol: ClientProtocol::Http,
         platform_resolver: None,
@@ -582,38 +524,17 @@ async fn push_artifact(tagged: &str, artifact_type: &str, schema: &[u8]) -> anyh
     client
         .store_auth_if_needed(reference.resolve_registry(), &RegistryAuth::Anonymous)
         .await;
-    let config = b"{}";
-    client
-        .push_blob(&reference, config.to_vec(), &sha256(config))
-        .await?;
-    client
-        .push_blob(&reference, schema.to_vec(), &sha256(schema))
-        .await?;
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "artifactType": artifact_type,
-        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha256(config), "size": 2, "data": "e30="},
-        "layers": [{
-            "mediaType": SCHEMA_LAYER_TYPE,
-            "digest": sha256(schema),
-            "size": schema.len(),
-            "annotations": {"org.opencontainers.image.title": "schema.hcl"},
-        }],
-        "annotations": {
-            "io.stokaro.ptah.kind": artifact_type,
-            "org.opencontainers.image.source": "https://git.example/acme/schemas",
-        },
-    });
-    let bytes = serde_json::to_vec(&manifest)?;
+    for (blob, digest) in packed.blobs {
+        client.push_blob(&reference, blob, &digest).await?;
+    }
     client
         .push_manifest_raw(
             &reference,
-            bytes.clone(),
-            http::HeaderValue::from_static("application/vnd.oci.image.manifest.v1+json"),
+            packed.manifest,
+            http::HeaderValue::from_static(OCI_MANIFEST),
         )
         .await?;
-    Ok(sha256(&bytes))
+    Ok(packed.digest)
 }
 
 fn oci(reference: String, policy: Option<&str>) -> SourceInput {
@@ -809,40 +730,6 @@ async fn a_resolve_job_answers_the_digest_of_an_oci_tag() -> anyhow::Result<()> 
     Ok(())
 }
 
-/// cosign with a private HOME and Docker config.
-fn cosign(bin: &Path, home: &Path) -> Command {
-    let mut cmd = Command::new(bin);
-    cmd.env("HOME", home)
-        .env("DOCKER_CONFIG", home.join("docker"))
-        .env_remove("COSIGN_PASSWORD")
-        .env_remove("COSIGN_EXPERIMENTAL");
-    cmd
-}
-
-fn run_ok(what: &str, cmd: &mut Command) -> anyhow::Result<()> {
-    let out = cmd.output().with_context(|| format!("running {what}"))?;
-    if !out.status.success() {
-        bail!("{what}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(())
-}
-
-/// A cosign key pair in `dir` (password `pw`); answers the public PEM.
-fn key_pair(bin: &Path, dir: &Path) -> anyhow::Result<(PathBuf, String)> {
-    std::fs::create_dir_all(dir)?;
-    run_ok(
-        "cosign generate-key-pair",
-        cosign(bin, dir)
-            .current_dir(dir)
-            .env("COSIGN_PASSWORD", "pw")
-            .arg("generate-key-pair"),
-    )?;
-    Ok((
-        dir.join("cosign.key"),
-        std::fs::read_to_string(dir.join("cosign.pub"))?,
-    ))
-}
-
 fn key_policy(public_pem: &str) -> String {
     let pem: String = public_pem
         .lines()
@@ -874,18 +761,21 @@ async fn a_verify_job_accepts_the_signers_key_and_refuses_another_naming_the_rul
 
     // A keyed legacy `.sig` signature by the real cosign, offline.
     let work = tempfile::tempdir()?;
-    let (private, public) = key_pair(&bin, &work.path().join("signer"))?;
-    let (_, other) = key_pair(&bin, &work.path().join("other"))?;
+    let signer = key_pair(&bin, &work.path().join("signer"), "pw")?;
+    let (public, other) = (
+        signer.public_pem.clone(),
+        key_pair(&bin, &work.path().join("other"), "pw")?.public_pem,
+    );
     run_ok(
         "cosign sign",
-        cosign(&bin, work.path())
-            .env("COSIGN_PASSWORD", "pw")
-            .args(["sign", "--yes", "--allow-http-registry"])
-            .args(["--use-signing-config=false", "--tlog-upload=false"])
-            .arg("--new-bundle-format=false")
-            .arg("--key")
-            .arg(&private)
-            .arg(format!("{host}/{repository}@{digest}")),
+        &mut sign_command(
+            &bin,
+            work.path(),
+            &signer,
+            &format!("{host}/{repository}@{digest}"),
+            true,
+            None,
+        ),
     )?;
     let config_maps = scope.api::<ConfigMap>();
     for (name, pem) in [("signer-policy", &public), ("other-policy", &other)] {

@@ -16,96 +16,27 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Client, Resource};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Resource;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use conformance::harness::Harness;
 use conformance::kubelet::volumes::{FileEntry, atomic_write};
+use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
 use supplychain::manifest::{Limits, VerifyError};
 use supplychain::snapshot::{self, CheckError, MANIFEST_KEY, SourceConfigMap};
 use supplychain::source_policy::{SourcePolicy, policy_digest};
 
 /// One test's namespace on the shared harness, deleted at the end of the
-/// test, also when it fails.
-struct Scope {
-    harness: &'static Harness,
-    client: Client,
-    ns: String,
+/// test, also when it fails (see [`TestNamespace`]).
+async fn scope(test: &str) -> anyhow::Result<TestNamespace> {
+    let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
+    TestNamespace::new(harness, "src", test, NamespaceSpec::default()).await
 }
 
-impl Drop for Scope {
-    fn drop(&mut self) {
-        // A failed test unwinds here: delete the namespace from a thread of
-        // its own, since the test's runtime may be gone.
-        let (harness, ns) = (self.harness, self.ns.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async {
-                let namespaces: Api<Namespace> = Api::all(harness.client().await?);
-                match namespaces.delete(&ns, &DeleteParams::default()).await {
-                    Err(kube::Error::Api(e)) if e.code == 404 => Ok::<_, anyhow::Error>(()),
-                    Err(e) => Err(e.into()),
-                    Ok(_) => Ok(()),
-                }
-            })
-        })
-        .join();
-    }
-}
-
-impl Scope {
-    async fn new(test: &str) -> anyhow::Result<Scope> {
-        let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
-        let client = harness.client().await?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .subsec_nanos();
-        let ns = format!("src-{test}-{:05x}", nanos & 0xfffff);
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        namespaces
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-            )
-            .await?;
-        Ok(Scope {
-            harness,
-            client,
-            ns,
-        })
-    }
-
-    fn config_maps(&self) -> Api<ConfigMap> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    async fn create(&self, cm: serde_json::Value) -> anyhow::Result<ConfigMap> {
-        let cm: ConfigMap = serde_json::from_value(cm)?;
-        Ok(self
-            .config_maps()
-            .create(&PostParams::default(), &cm)
-            .await?)
-    }
-
-    /// The ConfigMap as the manager reads it: from the API server.
-    async fn read(&self, name: &str) -> anyhow::Result<ConfigMap> {
-        Ok(self.config_maps().get(name).await?)
-    }
-
-    async fn patch_data(&self, name: &str, key: &str, value: &str) -> anyhow::Result<()> {
-        self.config_maps()
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"data": {key: value}})),
-            )
-            .await?;
-        Ok(())
-    }
+/// The ConfigMap as the manager reads it: from the API server.
+async fn read(s: &TestNamespace, name: &str) -> anyhow::Result<ConfigMap> {
+    Ok(s.api::<ConfigMap>().get(name).await?)
 }
 
 /// What `supplychain` takes from a ConfigMap: its data, decoded.
@@ -177,13 +108,13 @@ const BLOB: &[u8] = &[0xde, 0xad, 0xbe, 0xef, 0x00, 0xff];
 #[tokio::test(flavor = "multi_thread")]
 async fn snapshot_digest_follows_the_selected_files_and_the_check_step_refuses_tampering()
 -> anyhow::Result<()> {
-    let s = Scope::new("snap").await?;
+    let s = scope("snap").await?;
     let limits = Limits::default();
     let owner = s
-        .create(json!({"metadata": {"name": "owner"}, "data": {"role": "stands in for the PtahSchema"}}))
+        .create::<ConfigMap>(json!({"metadata": {"name": "owner"}, "data": {"role": "stands in for the PtahSchema"}}))
         .await?;
     let owner_uid = owner.metadata.uid.clone().context("owner UID")?;
-    s.create(json!({
+    s.create::<ConfigMap>(json!({
         "metadata": {"name": "schema"},
         "data": {"001_init.sql": INIT, "002_users.sql": USERS, "notes.txt": "not selected\n"},
         "binaryData": {"seed.bin": ByteString(BLOB.to_vec())},
@@ -191,7 +122,7 @@ async fn snapshot_digest_follows_the_selected_files_and_the_check_step_refuses_t
     .await?;
     let selected = keys(&["001_init.sql", "002_users.sql", "seed.bin"]);
     let first = snapshot::take(
-        &source_of(&s.read("schema").await?),
+        &source_of(&read(&s, "schema").await?),
         &selected,
         &owner_uid,
         &limits,
@@ -200,7 +131,7 @@ async fn snapshot_digest_follows_the_selected_files_and_the_check_step_refuses_t
 
     // The same files under other keys: another ConfigMap, the text files in
     // binaryData and the binary one beside other, unselected keys.
-    s.create(json!({
+    s.create::<ConfigMap>(json!({
         "metadata": {"name": "elsewhere"},
         "data": {"README.md": "other keys around the same files\n", "zz.sql": "SELECT 1;\n"},
         "binaryData": {
@@ -211,7 +142,7 @@ async fn snapshot_digest_follows_the_selected_files_and_the_check_step_refuses_t
     }))
     .await?;
     let elsewhere = snapshot::take(
-        &source_of(&s.read("elsewhere").await?),
+        &source_of(&read(&s, "elsewhere").await?),
         &keys(&["seed.bin", "002_users.sql", "001_init.sql"]),
         &owner_uid,
         &limits,
@@ -222,10 +153,10 @@ async fn snapshot_digest_follows_the_selected_files_and_the_check_step_refuses_t
     );
 
     // An edit to an unselected key keeps the digest and the snapshot.
-    s.patch_data("schema", "notes.txt", "edited, still not selected\n")
+    s.set_config_map_key("schema", "notes.txt", "edited, still not selected\n")
         .await?;
     let unselected = snapshot::take(
-        &source_of(&s.read("schema").await?),
+        &source_of(&read(&s, "schema").await?),
         &selected,
         &owner_uid,
         &limits,
@@ -234,14 +165,14 @@ async fn snapshot_digest_follows_the_selected_files_and_the_check_step_refuses_t
     assert_eq!(unselected.name, first.name);
 
     // An edit to a selected key changes the digest and the snapshot.
-    s.patch_data(
+    s.set_config_map_key(
         "schema",
         "002_users.sql",
         "ALTER TABLE users ADD COLUMN name text;\n",
     )
     .await?;
     let edited = snapshot::take(
-        &source_of(&s.read("schema").await?),
+        &source_of(&read(&s, "schema").await?),
         &selected,
         &owner_uid,
         &limits,
@@ -251,10 +182,10 @@ async fn snapshot_digest_follows_the_selected_files_and_the_check_step_refuses_t
 
     // The snapshot goes to the API server and comes back byte for byte; the
     // check step accepts it as projected and copies the files.
-    s.config_maps()
+    s.api::<ConfigMap>()
         .create(&PostParams::default(), &snapshot_object(&first, &owner)?)
         .await?;
-    let stored = s.read(&first.name).await?;
+    let stored = read(&s, &first.name).await?;
     assert_eq!(stored.immutable, Some(true));
     assert_eq!(
         stored
@@ -277,7 +208,7 @@ async fn snapshot_digest_follows_the_selected_files_and_the_check_step_refuses_t
 
     // The snapshot is immutable: an edit is refused by the API server.
     let refused = s
-        .config_maps()
+        .api::<ConfigMap>()
         .patch(
             &first.name,
             &PatchParams::default(),
@@ -291,17 +222,17 @@ async fn snapshot_digest_follows_the_selected_files_and_the_check_step_refuses_t
 
     // A snapshot replaced under the same name (deleted and recreated with one
     // file changed) is refused by the check step, naming the file.
-    s.config_maps()
+    s.api::<ConfigMap>()
         .delete(&first.name, &DeleteParams::default())
         .await?;
     let mut forged = snapshot_object(&first, &owner)?;
     if let Some(data) = forged.data.as_mut() {
         data.insert("002_users.sql".into(), "DROP TABLE users; --\n".into());
     }
-    s.config_maps()
+    s.api::<ConfigMap>()
         .create(&PostParams::default(), &forged)
         .await?;
-    let tampered = s.read(&first.name).await?;
+    let tampered = read(&s, &first.name).await?;
     let mounted = tmp.path().join("tampered");
     let work = tmp.path().join("tampered-work");
     project(&tampered, &mounted)?;
@@ -339,10 +270,12 @@ rules:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn source_policy_refuses_a_config_map_by_name_and_by_size() -> anyhow::Result<()> {
-    let s = Scope::new("policy").await?;
+    let s = scope("policy").await?;
     let limits = Limits::default();
     let stored = s
-        .create(json!({"metadata": {"name": "source-policy"}, "data": {"policy.yaml": POLICY}}))
+        .create::<ConfigMap>(
+            json!({"metadata": {"name": "source-policy"}, "data": {"policy.yaml": POLICY}}),
+        )
         .await?;
     let bytes = stored
         .data
@@ -367,22 +300,28 @@ async fn source_policy_refuses_a_config_map_by_name_and_by_size() -> anyhow::Res
             .map_err(|r| r.to_string()))
     };
     let ok = s
-        .create(json!({"metadata": {"name": "schema-app"}, "data": {"001.sql": "SELECT 1;\n"}}))
+        .create::<ConfigMap>(
+            json!({"metadata": {"name": "schema-app"}, "data": {"001.sql": "SELECT 1;\n"}}),
+        )
         .await?;
-    assert_eq!(check("schema-app", &s.read("schema-app").await?)?, Ok(()));
+    assert_eq!(check("schema-app", &read(&s, "schema-app").await?)?, Ok(()));
     let _ = snapshot::take(&source_of(&ok), &[], "owner-uid", &limits)?;
 
-    s.create(json!({"metadata": {"name": "rogue"}, "data": {"001.sql": "SELECT 1;\n"}}))
-        .await?;
+    s.create::<ConfigMap>(
+        json!({"metadata": {"name": "rogue"}, "data": {"001.sql": "SELECT 1;\n"}}),
+    )
+    .await?;
     assert_eq!(
-        check("rogue", &s.read("rogue").await?)?,
+        check("rogue", &read(&s, "rogue").await?)?,
         Err("rules[0] (configMap.names): ConfigMap name rogue matches no allowed pattern".into())
     );
 
-    s.create(json!({"metadata": {"name": "schema-big"}, "data": {"001.sql": "x".repeat(65)}}))
-        .await?;
+    s.create::<ConfigMap>(
+        json!({"metadata": {"name": "schema-big"}, "data": {"001.sql": "x".repeat(65)}}),
+    )
+    .await?;
     assert_eq!(
-        check("schema-big", &s.read("schema-big").await?)?,
+        check("schema-big", &read(&s, "schema-big").await?)?,
         Err("rules[0] (configMap.maxSize): the selected files hold 65 bytes, more than 64".into())
     );
     Ok(())

@@ -2,9 +2,8 @@
 //! `git daemon` with and without `uploadpack.allowReachableSHA1InWant`, smart
 //! HTTP behind basic auth, and SSH with a pinned host key.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use conformance::gitserve::{self, Change, Endpoints, commit, commit_files, create_repo, repo};
+use conformance::testkit::{self, unique};
 use supplychain::git::{
     self, ByIdPermission, Credentials, FetchBudget, FetchError, FetchedBy, GitRef, GitSource,
     Options, ReadError, RefProtocol, ResolveError, TransportError,
@@ -12,21 +11,7 @@ use supplychain::git::{
 use supplychain::manifest::{Limits, Manifest};
 
 async fn endpoints() -> Endpoints {
-    let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
-    Endpoints::from_env_file(harness).expect("git endpoints in the harness env file")
-}
-
-fn unique(prefix: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    format!(
-        "{prefix}-{}-{nanos}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    testkit::git::endpoints(conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await)
 }
 
 /// Options with a scratch directory the test keeps alive.

@@ -6,12 +6,14 @@
 //! certificates), regex identities, the transparency-log requirement — and
 //! that credentials never show in errors.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use base64::Engine;
-use conformance::gitserve::parse_env_file;
+use conformance::testkit::oci::{
+    self, Artifact, Declared, Key, OCI_MANIFEST, Registry, random_hex, sha256, sign_command,
+};
+use conformance::testkit::unique;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
@@ -23,34 +25,14 @@ use supplychain::verification::{
     API_VERSION, CompiledPolicy, KIND, Refusal, SignatureFormat, Signer, VerifiedEvidence, verify,
 };
 
-const EMPTY_CONFIG_TYPE: &str = "application/vnd.oci.empty.v1+json";
-const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const ISSUER: &str = "https://token.ci.example";
 const SUBJECT: &str =
     "https://ci.example/acme/schemas/.github/workflows/release.yml@refs/heads/main";
 
-struct Registry {
-    /// distribution v3: no referrers API, cosign uses the tag fallback.
-    host: String,
-    /// The harness's `oci-registry`: serves the OCI 1.1 referrers API.
-    referrers_host: String,
-    cosign: PathBuf,
-}
-
 async fn registry() -> Registry {
     conformance::install_crypto_provider();
     let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
-    let vars = parse_env_file(&harness.env().expect("the harness env file")).unwrap();
-    let get = |k: &str| {
-        vars.get(k)
-            .cloned()
-            .unwrap_or_else(|| panic!("{k} not in env file"))
-    };
-    Registry {
-        host: get("PTAH_REGISTRY"),
-        referrers_host: get("PTAH_REFERRERS_REGISTRY"),
-        cosign: PathBuf::from(get("PTAH_TOOLS_BIN")).join("cosign"),
-    }
+    Registry::from_harness(harness).unwrap()
 }
 
 fn client() -> Client {
@@ -59,28 +41,6 @@ fn client() -> Client {
         platform_resolver: None,
         ..Default::default()
     })
-}
-
-fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!("{prefix}-{}-{nanos}", std::process::id())
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
-}
-
-/// How the artifact type is declared.
-#[derive(Clone, Copy, PartialEq)]
-enum Declared {
-    /// OCI 1.1 `artifactType`, empty config (`ptah ... push`, oras-go).
-    ArtifactType,
-    /// The config media type, no `artifactType` (older oras, flux push).
-    ConfigMediaType,
 }
 
 /// Pushes one file as a Ptah-shaped artifact (`ptah schema push` shape) of
@@ -93,53 +53,34 @@ async fn push_artifact(
     content: &[u8],
     declared: Declared,
 ) -> String {
+    let artifact = Artifact::new(artifact_type, layer_type, title, content)
+        .declared(declared)
+        .annotation(
+            "org.opencontainers.image.source",
+            "https://git.example/acme/schemas",
+        )
+        .created_now();
+    let packed = artifact.pack().unwrap();
     let client = client();
     let reference: Reference = tagged.parse().unwrap();
     client
         .store_auth_if_needed(reference.resolve_registry(), &RegistryAuth::Anonymous)
         .await;
-    let config = b"{}";
-    client
-        .push_blob(&reference, config.to_vec(), &sha256(config))
-        .await
-        .expect("push the empty config");
-    client
-        .push_blob(&reference, content.to_vec(), &sha256(content))
-        .await
-        .expect("push the layer");
-    let mut manifest = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "artifactType": artifact_type,
-        "config": {"mediaType": EMPTY_CONFIG_TYPE, "digest": sha256(config), "size": 2, "data": "e30="},
-        "layers": [{
-            "mediaType": layer_type,
-            "digest": sha256(content),
-            "size": content.len(),
-            "annotations": {"org.opencontainers.image.title": title},
-        }],
-        "annotations": {
-            "io.stokaro.ptah.kind": artifact_type,
-            "org.opencontainers.image.source": "https://git.example/acme/schemas",
-            "org.opencontainers.image.created": jiff::Timestamp::now().to_string(),
-        },
-    });
-    if declared == Declared::ConfigMediaType {
-        manifest.as_object_mut().unwrap().remove("artifactType");
-        manifest["config"] = serde_json::json!({
-            "mediaType": artifact_type, "digest": sha256(config), "size": 2,
-        });
+    for (blob, digest) in packed.blobs {
+        client
+            .push_blob(&reference, blob, &digest)
+            .await
+            .expect("push a blob");
     }
-    let bytes = serde_json::to_vec(&manifest).unwrap();
     client
         .push_manifest_raw(
             &reference,
-            bytes.clone(),
+            packed.manifest,
             http::HeaderValue::from_static(OCI_MANIFEST),
         )
         .await
         .expect("push the manifest");
-    sha256(&bytes)
+    packed.digest
 }
 
 async fn push_schema(host: &str, repository: &str, tag: &str, schema: &[u8]) -> String {
@@ -175,57 +116,18 @@ fn source(host: &str, repository: &str, tag_or_digest: &str) -> OciSource {
     .unwrap()
 }
 
-fn random_hex() -> String {
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .unwrap()
-        .read_exact(&mut bytes)
-        .unwrap();
-    hex::encode(bytes)
-}
-
 /// cosign with a private HOME and Docker config.
 fn cosign(reg: &Registry, home: &Path) -> Command {
-    let mut cmd = Command::new(&reg.cosign);
-    cmd.env("HOME", home)
-        .env("DOCKER_CONFIG", home.join("docker"))
-        .env_remove("COSIGN_PASSWORD")
-        .env_remove("COSIGN_EXPERIMENTAL");
-    cmd
+    oci::cosign(&reg.cosign, home)
 }
 
 fn run_ok(what: &str, cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("cosign runs");
-    assert!(
-        out.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    oci::run_ok(what, cmd).unwrap()
 }
 
-/// A cosign key: (private key path, public key PEM, password).
-struct Key {
-    private: PathBuf,
-    public_pem: String,
-    password: String,
-}
-
+/// A cosign key pair in `dir` with a random password.
 fn key_pair(reg: &Registry, dir: &Path) -> Key {
-    std::fs::create_dir_all(dir).unwrap();
-    let password = random_hex();
-    run_ok(
-        "cosign generate-key-pair",
-        cosign(reg, dir)
-            .current_dir(dir)
-            .env("COSIGN_PASSWORD", &password)
-            .arg("generate-key-pair"),
-    );
-    Key {
-        private: dir.join("cosign.key"),
-        public_pem: std::fs::read_to_string(dir.join("cosign.pub")).unwrap(),
-        password,
-    }
+    oci::key_pair(&reg.cosign, dir, &random_hex()).unwrap()
 }
 
 /// Which signature cosign writes.
@@ -248,20 +150,8 @@ fn sign(
     format: Format,
     certificate: Option<(&Path, &Path)>,
 ) {
-    let mut cmd = cosign(reg, work);
-    cmd.env("COSIGN_PASSWORD", &key.password)
-        .args(["sign", "--yes", "--allow-http-registry"])
-        .args(["--use-signing-config=false", "--tlog-upload=false"]);
-    if let Format::Legacy = format {
-        cmd.arg("--new-bundle-format=false");
-    }
-    if let Some((cert, chain)) = certificate {
-        cmd.arg("--certificate")
-            .arg(cert)
-            .arg("--certificate-chain")
-            .arg(chain);
-    }
-    cmd.arg("--key").arg(&key.private).arg(reference);
+    let legacy = matches!(format, Format::Legacy);
+    let mut cmd = sign_command(&reg.cosign, work, key, reference, legacy, certificate);
     run_ok("cosign sign", &mut cmd);
 }
 
@@ -765,6 +655,7 @@ fn keyless_signer(
     );
     let key = Key {
         private: dir.join("import-cosign.key"),
+        public: dir.join("import-cosign.pub"),
         public_pem: std::fs::read_to_string(dir.join("import-cosign.pub")).unwrap(),
         password,
     };

@@ -1,0 +1,41 @@
+//! What a Job the builder makes asks of its namespace. Tests that run those
+//! Jobs must first create every Secret the Pod names, or the kubelet (and
+//! the API server's admission) would stop on a missing object rather than on
+//! what the test is about.
+
+use std::collections::BTreeSet;
+
+use anyhow::Context;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::PodSpec;
+
+/// The Pod template's spec of a Job.
+pub fn pod_spec(job: &Job) -> anyhow::Result<&PodSpec> {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .context("pod spec")
+}
+
+/// The Secrets a Pod mounts as volumes or reads into environment variables
+/// (not its image pull Secrets).
+pub fn secret_names(pod: &PodSpec) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for v in pod.volumes.iter().flatten() {
+        if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
+            names.insert(s);
+        }
+    }
+    for c in pod.init_containers.iter().flatten().chain(&pod.containers) {
+        for e in c.env.iter().flatten() {
+            if let Some(s) = e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.secret_key_ref.as_ref())
+            {
+                names.insert(s.name.clone());
+            }
+        }
+    }
+    names
+}

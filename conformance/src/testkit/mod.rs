@@ -1,0 +1,47 @@
+//! The shared kit of the end-to-end tests in `conformance/tests/`: what
+//! several test files needed alike — a namespace of their own on the shared
+//! harness, waiting on a condition with a timeout, the Secrets a Job's Pod
+//! names, pushing and signing OCI artifacts, and the git endpoints — written
+//! once here so that every test
+//! file behaves the same way and a fix lands everywhere.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub mod git;
+pub mod job;
+pub mod namespace;
+pub mod oci;
+pub mod wait;
+
+/// A name no other test, and no earlier run on the same harness, uses:
+/// `<prefix>-<pid>-<nanos>-<n>`. Tests on the shared harness run in parallel
+/// and again later, so the repositories and tags they make must not collide.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "{prefix}-{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Runs async clean-up from a `Drop`: a failed test unwinds there, and its
+/// runtime may be gone, so the work gets a thread and a runtime of its own.
+/// Clean-up is best effort: its errors are dropped, never a second panic.
+pub fn clean_up<F, Fut>(work: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(work())
+    })
+    .join();
+}
