@@ -7,5 +7,5 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash conformance/setup.sh
 cargo build --workspace --bins --quiet
-target/debug/ptah-harness up
-target/debug/ptah-harness demo
+"${CARGO_TARGET_DIR:-target}"/debug/ptah-harness up
+"${CARGO_TARGET_DIR:-target}"/debug/ptah-harness demo

@@ -17,7 +17,7 @@ say "building"
 cargo build --workspace --bins --quiet
 cargo nextest run --workspace --config-file conformance/nextest.toml --no-run --cargo-quiet
 
-harness=target/debug/ptah-harness
+harness=${CARGO_TARGET_DIR:-target}/debug/ptah-harness
 mkdir -p .harness
 trap '"$harness" down >.harness/down.log 2>&1 || cat .harness/down.log >&2' EXIT
 say "starting the local control plane"

@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 runs=${1:-3}
 cargo build --quiet -p conformance --bins
-harness=target/debug/ptah-harness
+harness=${CARGO_TARGET_DIR:-target}/debug/ptah-harness
 state=$(mktemp -d /tmp/ptah-bench-XXXXXX)
 chmod 755 "$state"
 trap '"$harness" --state-dir "$state" down >/dev/null 2>&1; rm -rf "$state"' EXIT
