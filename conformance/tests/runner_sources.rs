@@ -12,6 +12,11 @@
 //! * A Git fetch init container fetches the recorded commit from the git
 //!   daemon, and refuses a wrong content digest.
 //! * A Resolve Job answers the digest a tag names on the plain-HTTP registry.
+//! * A Git Resolve Job under a source policy (`--source-policy`) is refused,
+//!   naming the rule and reporting no commit, when the commit's selected
+//!   files exceed `maxContentSize`, and answers the commit with the policy's
+//!   digest under a generous one; a host the policy refuses is refused by the
+//!   manager's `check_git_host` before any Job is made.
 //! * A Verify Job accepts a cosign-signed artifact under a policy with the
 //!   signer's key, and refuses it under another key, naming the rule.
 //!
@@ -43,6 +48,7 @@ use conformance::testkit::job::{pod_spec, secret_names};
 use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
 use conformance::testkit::oci::{Artifact, OCI_MANIFEST, key_pair, run_ok, sha256, sign_command};
 use conformance::testkit::wait::Patience;
+use operator::api::common::ConfigMapKeyRef;
 use operator::api::source::{
     GitRef, OciTransport, RegistryAuth as SourceRegistryAuth, RegistryAuthMode,
 };
@@ -52,10 +58,12 @@ use operator::execution::job::{
     GitInput, Images, JobInput, OPERATION_CONTAINER, OciInput, OwnerKind, SOURCE_CONTAINER,
     SourceInput, build_job,
 };
+use operator::execution::source_policy::check_git_host;
 use operator::testing;
 use supplychain::manifest::{Limits, Manifest};
 use supplychain::oci::{SCHEMA_ARTIFACT_TYPE, SCHEMA_LAYER_TYPE};
 use supplychain::snapshot::{self, SourceConfigMap};
+use supplychain::source_policy::{SourcePolicy, policy_digest};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -463,6 +471,7 @@ async fn a_git_fetch_init_container_fetches_the_recorded_commit_and_refuses_a_wr
             path: Some("db".into()),
             content_digest: Some(content_digest.to_string()),
             secret_name: None,
+            source_policy: None,
         })
     };
 
@@ -835,6 +844,153 @@ async fn a_verify_job_accepts_the_signers_key_and_refuses_another_naming_the_rul
             .is_some_and(|m| m.contains("authorities[release]")),
         "{s}"
     );
+    drop(scope);
+    Ok(())
+}
+
+/// The authority (`host:port`) of a `scheme://authority/path` URL.
+fn authority(url: &str) -> anyhow::Result<String> {
+    let rest = url.split_once("://").context("scheme")?.1;
+    Ok(rest.split('/').next().unwrap_or_default().to_string())
+}
+
+#[tokio::test]
+async fn a_git_resolve_job_under_a_source_policy_refuses_too_much_content_naming_the_rule()
+-> anyhow::Result<()> {
+    let scope = Scope::new("gitpol").await?;
+    let ep = Endpoints::from_env_file(scope.harness)?;
+    let name = format!("policy-{}", scope.ns);
+    let bare = create_repo(&ep.root, &name, true)?;
+    let files = [
+        ("db/schema.sql", "create table a();\n"),
+        ("db/more/b.sql", "create table b();\n"),
+        ("README", "not selected\n"),
+    ];
+    let commit = commit_files(&bare, "main", &files, "one")?;
+    let selected_bytes: usize = files[..2].iter().map(|(_, t)| t.len()).sum();
+    let digest = manifest_digest(&[
+        ("schema.sql", "create table a();\n"),
+        ("more/b.sql", "create table b();\n"),
+    ]);
+    let url = ep.daemon_repo(&name);
+    let host = authority(&url)?;
+    let tight = format!(
+        "version: 1\nrules:\n  - git:\n      hosts: [\"{host}\"]\n      schemes: [git]\n  - git:\n      maxContentSize: {}\n",
+        selected_bytes - 1
+    );
+    let generous = format!(
+        "version: 1\nrules:\n  - git:\n      hosts: [\"{host}\"]\n      schemes: [git]\n      maxContentSize: {selected_bytes}\n      maxFiles: 2\n"
+    );
+    let config_maps = scope.api::<ConfigMap>();
+    for (cm, policy) in [("tight-policy", &tight), ("generous-policy", &generous)] {
+        // Both pass the manager's host check: only the runner can refuse them.
+        check_git_host(&SourcePolicy::parse(policy.as_bytes())?, &url)?;
+        config_maps
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": cm},
+                    "data": {"policy.yaml": policy},
+                }))?,
+            )
+            .await?;
+    }
+    let git = |policy: &str| {
+        SourceInput::Git(GitInput {
+            url: url.clone(),
+            git_ref: GitRef {
+                branch: Some("main".into()),
+                tag: None,
+                commit: None,
+            },
+            commit: None,
+            path: Some("db".into()),
+            content_digest: None,
+            secret_name: None,
+            source_policy: Some(ConfigMapKeyRef {
+                name: policy.into(),
+                key: "policy.yaml".into(),
+            }),
+        })
+    };
+
+    // Too much content: refused by the rule, and no commit is reported.
+    let job =
+        build_job(&scope.input(OperationType::Resolve, Kind::Git, git("tight-policy"), 0x08))?;
+    let pod = scope.run(&job).await?;
+    let main = terminated(&pod, OPERATION_CONTAINER)?;
+    assert_eq!(main.exit_code, 1, "{main:?}");
+    let s = summary(&main)?;
+    assert_eq!(s["outcome"], "Refused", "{s}");
+    assert_eq!(s["step"], "resolve git", "{s}");
+    assert_eq!(s["rule"], "rules[1] (git.maxContentSize)", "{s}");
+    assert!(s.get("commit").is_none_or(Value::is_null), "{s}");
+    assert!(s.get("digest").is_none_or(Value::is_null), "{s}");
+    assert!(
+        !main.message.clone().unwrap_or_default().contains(&commit),
+        "{s}"
+    );
+    // The log holds the result document, then the runner's one-line report.
+    let log = scope.read_log(&pod, OPERATION_CONTAINER)?;
+    let doc: Value = serde_json::Deserializer::from_str(&log)
+        .into_iter::<Value>()
+        .next()
+        .context("no result document")?
+        .with_context(|| log.clone())?;
+    assert!(doc.get("result").is_none_or(Value::is_null), "{doc}");
+    assert_eq!(
+        doc["error"]["rule"], "rules[1] (git.maxContentSize)",
+        "{doc}"
+    );
+    assert!(!log.contains(&commit), "{log}");
+
+    // Within the policy: the commit, bound to the policy's digest.
+    let job = build_job(&scope.input(
+        OperationType::Resolve,
+        Kind::Git,
+        git("generous-policy"),
+        0x09,
+    ))?;
+    let pod = scope.run(&job).await?;
+    let main = terminated(&pod, OPERATION_CONTAINER)?;
+    assert_eq!(main.exit_code, 0, "{main:?}");
+    let s = summary(&main)?;
+    assert_eq!(s["outcome"], "Succeeded", "{s}");
+    assert_eq!(s["commit"], commit.as_str(), "{s}");
+    assert_eq!(s["digest"], digest.as_str(), "{s}");
+    let log = scope.read_log(&pod, OPERATION_CONTAINER)?;
+    let doc: Value = serde_json::from_str(log.trim()).with_context(|| log.clone())?;
+    assert_eq!(doc["result"]["type"], "GitResolved", "{doc}");
+    assert_eq!(doc["result"]["resolution"]["commit"], commit.as_str());
+    assert_eq!(
+        doc["result"]["sourcePolicyDigest"],
+        policy_digest(generous.as_bytes())
+    );
+    drop(scope);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_host_the_source_policy_refuses_is_refused_before_any_resolve_job() -> anyhow::Result<()>
+{
+    let scope = Scope::new("githost").await?;
+    let ep = Endpoints::from_env_file(scope.harness)?;
+    let url = ep.daemon_repo(&format!("policy-{}", scope.ns));
+    let policy = SourcePolicy::parse(
+        b"version: 1\nrules:\n  - git:\n      hosts: [\"git.example.com\", \"*.corp.example\"]\n",
+    )?;
+    let refusal = check_git_host(&policy, &url).expect_err("the harness host is refused");
+    assert_eq!(refusal.rule, Some(0));
+    assert_eq!(refusal.field, "git.hosts");
+    assert!(
+        refusal
+            .to_string()
+            .starts_with("rules[0] (git.hosts): host 127.0.0.1"),
+        "{refusal}"
+    );
+    // The manager makes the Job only after the check: none exists.
+    let jobs = scope.api::<Job>().list(&ListParams::default()).await?;
+    assert!(jobs.items.is_empty(), "{:?}", jobs.items);
     drop(scope);
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The Job builder's goldens and the properties every Job must have.
 //!
-//! Each example of `ptah_operator::execution::examples` renders to
+//! Each example of `ptah_operator::execution::examples` ([`examples::goldens`]:
+//! every operation and source kind, and those under a source policy) renders to
 //! `tests/golden/jobs/<stem>.yaml`; a difference fails with the file named.
 //! `PTAH_BLESS=1 cargo test -p ptah-operator --test job_golden` rewrites them
 //! (review the diff: a golden change is a Pod spec change).
@@ -55,7 +56,7 @@ fn every_example_matches_its_golden() {
     }
     let mut stems = BTreeSet::new();
     let mut failures = Vec::new();
-    for (stem, input) in examples::all(NAMESPACE) {
+    for (stem, input) in examples::goldens(NAMESPACE) {
         let yaml = render(&input);
         // The YAML is the Job: it reads back to the same object.
         let back: Job = serde_saphyr::from_str(&yaml).expect("golden parses as a Job");
@@ -92,13 +93,14 @@ fn every_example_matches_its_golden() {
         "goldens out of date (PTAH_BLESS=1 rewrites them):\n{}",
         failures.join("\n")
     );
-    // 12 schema + 9 migration examples and the full-execution one.
-    assert_eq!(stems.len(), 22);
+    // 12 schema + 9 migration examples, the full-execution one and the Git
+    // Resolve under a source policy.
+    assert_eq!(stems.len(), 23);
 }
 
 #[test]
 fn the_same_input_renders_byte_identical_yaml() {
-    for (stem, input) in examples::all(NAMESPACE) {
+    for (stem, input) in examples::goldens(NAMESPACE) {
         let a = render(&input);
         let b = render(&input.clone());
         assert_eq!(a, b, "{stem}");
@@ -107,7 +109,7 @@ fn the_same_input_renders_byte_identical_yaml() {
 
 #[test]
 fn every_container_and_pod_is_hardened() {
-    for (stem, input) in examples::all(NAMESPACE) {
+    for (stem, input) in examples::goldens(NAMESPACE) {
         let job = build_job(&input).expect("builds");
         let spec = job.spec.as_ref().expect("spec");
         assert_eq!(spec.backoff_limit, Some(0), "{stem}");
@@ -197,7 +199,7 @@ fn allowed_container(secret: &str, op: OperationType) -> &'static str {
 
 #[test]
 fn every_secret_reaches_exactly_its_one_container() {
-    for (stem, input) in examples::all(NAMESPACE) {
+    for (stem, input) in examples::goldens(NAMESPACE) {
         let job = build_job(&input).expect("builds");
         let by_container = secrets_by_container(&job);
         let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();

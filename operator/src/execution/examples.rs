@@ -82,6 +82,7 @@ fn source(kind: Kind, op: OperationType, family: OwnerKind) -> SourceInput {
             }),
             content_digest: (!resolve).then(|| digest(0x44)),
             secret_name: Some("git-credentials".into()),
+            source_policy: None,
         }),
         Kind::Oci => SourceInput::Oci(OciInput {
             reference: if resolve {
@@ -291,5 +292,34 @@ pub fn all(namespace: &str) -> Vec<(String, JobInput)> {
         auth.mode = RegistryAuthMode::DockerConfigJSON;
     }
     out.push(("schema-apply-oci-full-execution".into(), full));
+    out
+}
+
+/// The examples of inputs that name a source policy
+/// (`spec.source.sourcePolicyFrom`), with the stems of their golden files:
+/// a Git Resolve that mounts the policy and passes `--source-policy`.
+pub fn under_source_policy(namespace: &str) -> Vec<(String, JobInput)> {
+    let mut policed = example(
+        OwnerKind::PtahSchema,
+        OperationType::Resolve,
+        Kind::Git,
+        namespace,
+    );
+    // Its own operation id, so its Job never shares a name with the plain
+    // Git Resolve's.
+    policed.claim.operation_id = format!("sha256:5c0101{}", "cd".repeat(29));
+    if let SourceInput::Git(git) = &mut policed.source {
+        git.source_policy = Some(ConfigMapKeyRef {
+            name: "source-policy".into(),
+            key: "policy.yaml".into(),
+        });
+    }
+    vec![("schema-resolve-git-source-policy".into(), policed)]
+}
+
+/// Every example with a golden file: [`all`] and [`under_source_policy`].
+pub fn goldens(namespace: &str) -> Vec<(String, JobInput)> {
+    let mut out = all(namespace);
+    out.extend(under_source_policy(namespace));
     out
 }

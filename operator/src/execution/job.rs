@@ -47,7 +47,7 @@
 //!
 //! | Operation | Init container (operator image) | Operation container `ptah` |
 //! | --- | --- | --- |
-//! | Resolve (Git, OCI) | none | operator image; Git or registry credential; no database URL |
+//! | Resolve (Git, OCI) | none | operator image; Git or registry credential, a Git source's source policy (`spec.source.sourcePolicyFrom`, read-only at `/source-policy`); no database URL |
 //! | Verify (OCI) | none | operator image; registry credential, verification policy; no database URL |
 //! | Observe, Plan, History, Apply | `source` (check or fetch; holds the Git/registry credential) | executor image; database URL (`PTAH_DB_URL`), dev URL (Plan) |
 //!
@@ -83,7 +83,8 @@
 //! [--dispatch-not-after=<RFC 3339>] [--execution-not-after=<RFC 3339>]`:
 //!
 //! ```text
-//! ptah-runner resolve git --url=… (--branch=…|--tag=…|--commit=…) [--path=…] [--credentials=/credentials/git]
+//! ptah-runner resolve git --url=… (--branch=…|--tag=…|--commit=…) [--path=…]
+//!     [--source-policy=/source-policy/policy.yaml] [--credentials=/credentials/git]
 //! ptah-runner resolve oci --reference=oci://…:<tag> [registry flags as above]
 //! ptah-runner verify oci --reference=oci://…@sha256:… --policy=/policy/<key> [registry flags]
 //! ptah-runner observe|plan|history --engine=postgresql|mysql --source=/source
@@ -172,6 +173,7 @@ const GIT_CREDENTIALS_DIR: &str = "/credentials/git";
 const REGISTRY_CONFIG_DIR: &str = "/credentials/registry";
 const REGISTRY_CA_DIR: &str = "/credentials/registry-ca";
 const POLICY_DIR: &str = "/policy";
+const SOURCE_POLICY_DIR: &str = "/source-policy";
 const RESULT_TOKEN_DIR: &str = "/var/run/ptah/result";
 const RECEIVER_CA_DIR: &str = "/var/run/ptah/receiver-ca";
 
@@ -281,6 +283,10 @@ pub struct GitInput {
     pub content_digest: Option<String>,
     /// `spec.source.git.secretRef`.
     pub secret_name: Option<String>,
+    /// `spec.source.sourcePolicyFrom`: Resolve mounts it read-only and checks
+    /// the commit's selected files against it; unused otherwise (the manager
+    /// checks the URL's host before it builds the Job).
+    pub source_policy: Option<ConfigMapKeyRef>,
 }
 
 /// An OCI artifact.
@@ -1152,6 +1158,20 @@ fn source_operation(input: &JobInput, parts: &mut Parts) -> Result<(), JobBuildE
             if let Some(p) = &git.path {
                 check_text("spec.source.git.path", p)?;
                 parts.args.push(format!("--path={p}"));
+            }
+            if let Some(policy) = &git.source_policy {
+                check_subdomain("spec.source.sourcePolicyFrom.name", &policy.name)?;
+                parts.volumes.push(config_map_volume(
+                    "source-policy",
+                    &policy.name,
+                    item(&policy.key, "policy.yaml"),
+                ));
+                parts
+                    .mounts
+                    .push(mount("source-policy", SOURCE_POLICY_DIR, true));
+                parts
+                    .args
+                    .push(format!("--source-policy={SOURCE_POLICY_DIR}/policy.yaml"));
             }
             parts.hand_over(git_credentials(git)?);
         }

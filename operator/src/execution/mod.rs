@@ -6,3 +6,4 @@
 pub mod examples;
 pub mod job;
 pub mod snapshot;
+pub mod source_policy;

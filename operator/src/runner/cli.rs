@@ -263,6 +263,11 @@ pub struct ResolveGitArgs {
     /// Directory or file in the repository.
     #[arg(long, value_parser = parse_text)]
     pub path: Option<String>,
+    /// The mounted source policy (`spec.source.sourcePolicyFrom`): the URL
+    /// and the commit's selected files are checked against its Git rules
+    /// before the commit is reported.
+    #[arg(long, value_parser = parse_abs_path)]
+    pub source_policy: Option<PathBuf>,
     /// The mounted Git credentials Secret.
     #[arg(long, value_parser = parse_abs_path)]
     pub credentials: Option<PathBuf>,
@@ -573,7 +578,7 @@ mod tests {
     #[test]
     fn every_command_line_of_the_job_builder_parses() {
         let mut seen = 0;
-        for (stem, input) in crate::execution::examples::all("ns") {
+        for (stem, input) in crate::execution::examples::goldens("ns") {
             let job = crate::execution::job::build_job(&input).unwrap();
             let pod = job.spec.unwrap().template.spec.unwrap();
             for c in pod.init_containers.iter().flatten().chain(&pod.containers) {

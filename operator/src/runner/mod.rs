@@ -58,7 +58,11 @@
 //! Each step writes one typed [`ResultDocument`] (JSON, `apiVersion:
 //! runner.ptah.run/v1alpha1`, `kind: StepResult`) to stdout — the container
 //! log — and to `--result-file` when given. Resolve's result is the
-//! supplychain [`git::Resolution`] or [`oci::Resolution`], Verify's the
+//! supplychain [`git::Resolution`] (with `sourcePolicyDigest` when
+//! `--source-policy` checked it: a Git source's selected files are checked
+//! against the policy before the commit is reported, and a refusal names the
+//! rule, `rules[<i>] (git.<field>)`, and reports no commit) or
+//! [`oci::Resolution`], Verify's the
 //! [`verification::VerifiedEvidence`]. The manager's result receiver that
 //! `--result-url`/`--result-token-file` designate comes with issue 5: until
 //! then those flags are checked and the token is not read.
@@ -273,6 +277,11 @@ pub enum StepOutput {
     GitResolved {
         /// The supplychain resolution.
         resolution: git::Resolution,
+        /// `sha256:<hex>` of the source policy the commit's selected files
+        /// were checked against (`--source-policy`), for the evidence binding;
+        /// absent when the source names none.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        source_policy_digest: Option<String>,
     },
     /// `resolve oci`.
     #[serde(rename_all = "camelCase")]
@@ -295,7 +304,7 @@ impl StepOutput {
     fn headline(&self) -> (Option<String>, Option<String>) {
         match self {
             Self::SnapshotChecked { content_digest, .. } => (Some(content_digest.clone()), None),
-            Self::GitFetched { resolution, .. } | Self::GitResolved { resolution } => (
+            Self::GitFetched { resolution, .. } | Self::GitResolved { resolution, .. } => (
                 Some(resolution.content_digest.clone()),
                 Some(resolution.commit.clone()),
             ),

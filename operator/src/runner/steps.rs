@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use supplychain::manifest::{self, Limits as ManifestLimits, VerifyError};
 use supplychain::oci::{ArtifactKind, OciReference, OciSource, Transport};
 use supplychain::snapshot::{self, CheckError};
+use supplychain::source_policy::{PolicyError, Refusal, SourcePolicy, policy_digest};
 use supplychain::verification::{self, CompiledPolicy};
 use supplychain::{git, oci};
 
@@ -429,7 +430,64 @@ fn git_resolve_error(e: git::ResolveError) -> StepError {
     }
 }
 
+/// The rule a source policy refusal names: `rules[<i>] (<kind>.<field>)`.
+fn source_policy_rule(r: &Refusal) -> String {
+    match r.rule {
+        Some(i) => format!("rules[{i}] ({})", r.field),
+        None => format!("rules ({})", r.field),
+    }
+}
+
+fn source_policy_refused(r: Refusal) -> StepError {
+    StepError::refused(
+        source_policy_rule(&r),
+        None,
+        format!("the source policy refuses the source: {}", r.reason),
+    )
+}
+
+/// Reads and parses `--source-policy`: a policy that does not load is
+/// refused, naming the field at fault.
+fn load_source_policy(path: &Path) -> Result<(SourcePolicy, String), StepError> {
+    let bytes = fs::read(path).map_err(|e| {
+        StepError::input(format!("--source-policy={}: {}", path.display(), e.kind()))
+    })?;
+    let policy = SourcePolicy::parse(&bytes).map_err(|e| {
+        let rule = match &e {
+            PolicyError::Invalid { field, .. } => format!("sourcePolicy.{field}"),
+            PolicyError::Version(_) => "sourcePolicy.version".into(),
+            _ => "sourcePolicy".into(),
+        };
+        StepError::refused(
+            rule,
+            Some(path.display().to_string()),
+            format!("the source policy does not load: {e}"),
+        )
+    })?;
+    Ok((policy, policy_digest(&bytes)))
+}
+
+/// Checks a commit's selected files against the policy: their total size
+/// and their number.
+fn check_git_content(policy: &SourcePolicy, files: &[git::SelectedFile]) -> Result<(), StepError> {
+    let size: u64 = files.iter().map(|f| f.bytes.len() as u64).sum();
+    policy
+        .check_git_content(size, files.len() as u64)
+        .map_err(source_policy_refused)
+}
+
 async fn resolve_git(a: ResolveGitArgs) -> Result<StepOutput, StepError> {
+    // The policy first: a bad policy, or a URL it refuses, fetches nothing.
+    let policy = match &a.source_policy {
+        Some(path) => {
+            let (policy, digest) = load_source_policy(path)?;
+            policy
+                .check_git_url(&a.url)
+                .map_err(source_policy_refused)?;
+            Some((policy, digest))
+        }
+        None => None,
+    };
     let credentials = git_credentials(a.credentials.as_deref())?;
     let git_ref = match (a.branch, a.tag, a.commit) {
         (Some(b), None, None) => git::GitRef::Branch(b),
@@ -449,8 +507,13 @@ async fn resolve_git(a: ResolveGitArgs) -> Result<StepOutput, StepError> {
     let fetched = git::resolve_async(source, credentials, git_options(work_dir()))
         .await
         .map_err(git_resolve_error)?;
+    // Before the commit is reported: a refused commit is never recorded.
+    if let Some((policy, _)) = &policy {
+        check_git_content(policy, &fetched.files)?;
+    }
     Ok(StepOutput::GitResolved {
         resolution: fetched.resolution,
+        source_policy_digest: policy.map(|(_, digest)| digest),
     })
 }
 
@@ -726,5 +789,94 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(!out2.path().join("001_init.sql").exists());
+    }
+
+    fn resolve_git_cli(url: &str, policy: &Path) -> super::super::cli::Cli {
+        use clap::Parser;
+        const D: &str = "sha256:3333333333333333333333333333333333333333333333333333333333333333";
+        super::super::cli::Cli::try_parse_from([
+            "ptah-runner".to_string(),
+            "resolve".into(),
+            "git".into(),
+            format!("--operation-id={D}"),
+            "--attempt=1".into(),
+            "--resource=PtahSchema/ns/orders".into(),
+            "--resource-uid=u".into(),
+            "--generation=1".into(),
+            format!("--input-fingerprint={D}"),
+            "--result-url=https://r.example/v1/results".into(),
+            "--result-token-file=/var/run/ptah/result/token".into(),
+            format!("--url={url}"),
+            "--branch=main".into(),
+            format!("--source-policy={}", policy.display()),
+        ])
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_host_the_source_policy_refuses_is_refused_before_any_fetch() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join("policy.yaml");
+        fs::write(
+            &policy,
+            "version: 1\nrules:\n  - git:\n      hosts: [\"git.example.com\"]\n",
+        )
+        .unwrap();
+        // An address nothing listens on: the refusal comes before any fetch.
+        let cli = resolve_git_cli("https://127.0.0.1:1/shop/schema.git", &policy);
+        let finished = run_step(cli.command).await;
+        assert_eq!(finished.exit_code, super::super::EXIT_REFUSED);
+        let summary: serde_json::Value =
+            serde_json::from_str(&finished.document.summary().render()).unwrap();
+        assert_eq!(summary["outcome"], "Refused", "{summary}");
+        assert_eq!(summary["rule"], "rules[0] (git.hosts)", "{summary}");
+        assert!(
+            summary.get("commit").is_none_or(|c| c.is_null()),
+            "{summary}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_bad_source_policy_is_refused_naming_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join("policy.yaml");
+        fs::write(
+            &policy,
+            "version: 1\nrules:\n  - git:\n      schemes: [\"ftp\"]\n",
+        )
+        .unwrap();
+        let cli = resolve_git_cli("https://git.example.com/shop/schema.git", &policy);
+        let finished = run_step(cli.command).await;
+        assert_eq!(finished.exit_code, super::super::EXIT_REFUSED);
+        let summary: serde_json::Value =
+            serde_json::from_str(&finished.document.summary().render()).unwrap();
+        assert_eq!(
+            summary["rule"], "sourcePolicy.rules[0].git.schemes[0]",
+            "{summary}"
+        );
+    }
+
+    #[test]
+    fn selected_files_over_a_git_limit_are_refused_naming_the_rule() {
+        let policy = SourcePolicy::parse(
+            b"version: 1\nrules:\n  - git:\n      maxContentSize: 10\n  - git:\n      maxFiles: 1\n",
+        )
+        .unwrap();
+        let file = |p: &str, n: usize| git::SelectedFile {
+            path: p.into(),
+            bytes: vec![b'x'; n],
+        };
+        assert!(check_git_content(&policy, &[file("a.sql", 10)]).is_ok());
+        match check_git_content(&policy, &[file("a.sql", 11)]).unwrap_err() {
+            StepError::Refused { rule, reason, .. } => {
+                assert_eq!(rule, "rules[0] (git.maxContentSize)");
+                assert!(reason.contains("11 bytes"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        match check_git_content(&policy, &[file("a.sql", 1), file("b.sql", 1)]).unwrap_err() {
+            StepError::Refused { rule, .. } => assert_eq!(rule, "rules[1] (git.maxFiles)"),
+            other => panic!("{other:?}"),
+        }
     }
 }
