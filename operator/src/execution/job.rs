@@ -703,6 +703,22 @@ fn init_resources() -> ResourceRequirements {
     }
 }
 
+/// One ConfigMap key mounted read-only as `<dir>/<file>`, and the runner flag
+/// that names it: the registry CA and the source policy arrive this way.
+fn config_map_file(
+    volume: &str,
+    dir: &str,
+    (config_map, key): (&str, &str),
+    file: &str,
+    flag: &str,
+) -> (String, VolumeMount, Volume) {
+    (
+        format!("{flag}={dir}/{file}"),
+        mount(volume, dir, true),
+        config_map_volume(volume, config_map, item(key, file)),
+    )
+}
+
 /// Volumes, mounts and env that carry registry credentials and transport to
 /// whichever container reaches the registry.
 struct RegistryAccess {
@@ -725,17 +741,16 @@ fn registry_access(oci: &OciInput) -> Result<RegistryAccess, JobBuildError> {
         }
         if let Some(ca) = &t.ca_from {
             check_subdomain("spec.source.oci.transport.caFrom.name", &ca.name)?;
-            access.volumes.push(config_map_volume(
+            let (arg, m, v) = config_map_file(
                 "registry-ca",
-                &ca.name,
-                item(&ca.key, "ca.pem"),
-            ));
-            access
-                .mounts
-                .push(mount("registry-ca", REGISTRY_CA_DIR, true));
-            access
-                .args
-                .push(format!("--ca-file={REGISTRY_CA_DIR}/ca.pem"));
+                REGISTRY_CA_DIR,
+                (&ca.name, &ca.key),
+                "ca.pem",
+                "--ca-file",
+            );
+            access.args.push(arg);
+            access.mounts.push(m);
+            access.volumes.push(v);
         }
     }
     if let Some(auth) = &oci.auth {
@@ -1161,17 +1176,14 @@ fn source_operation(input: &JobInput, parts: &mut Parts) -> Result<(), JobBuildE
             }
             if let Some(policy) = &git.source_policy {
                 check_subdomain("spec.source.sourcePolicyFrom.name", &policy.name)?;
-                parts.volumes.push(config_map_volume(
+                let (arg, m, v) = config_map_file(
                     "source-policy",
-                    &policy.name,
-                    item(&policy.key, "policy.yaml"),
-                ));
-                parts
-                    .mounts
-                    .push(mount("source-policy", SOURCE_POLICY_DIR, true));
-                parts
-                    .args
-                    .push(format!("--source-policy={SOURCE_POLICY_DIR}/policy.yaml"));
+                    SOURCE_POLICY_DIR,
+                    (&policy.name, &policy.key),
+                    "policy.yaml",
+                    "--source-policy",
+                );
+                parts.hand_over((vec![arg], vec![m], vec![v]));
             }
             parts.hand_over(git_credentials(git)?);
         }

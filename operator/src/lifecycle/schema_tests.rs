@@ -213,6 +213,11 @@ fn st(s: &PtahSchema) -> &PtahSchemaStatus {
     s.status.as_ref().expect("status")
 }
 
+/// The first journal entry of a type: what most tests check an outcome on.
+fn entry(s: &PtahSchema, type_: JournalEntryType) -> Option<&JournalEntry> {
+    st(s).journal.iter().find(|e| e.type_ == type_)
+}
+
 fn phase(s: &PtahSchema) -> Option<SchemaPhase> {
     st(s).phase
 }
@@ -672,10 +677,7 @@ fn awaiting_approval_goes_straight_to_applying() {
         name: "approve-orders".into(),
         uid: "approval-uid".into()
     }));
-    let accepted = st(&s)
-        .journal
-        .iter()
-        .find(|e| e.type_ == JournalEntryType::ApprovalAccepted);
+    let accepted = entry(&s, JournalEntryType::ApprovalAccepted);
     assert!(
         accepted.is_some_and(|e| e.approval_uid.as_deref() == Some("approval-uid")
             && e.approver.as_ref().is_some_and(|a| a.username == "alice"))
@@ -781,10 +783,7 @@ fn apply_job_succeeded_goes_verifying_convergence() {
         claim(&s).and_then(|c| c.lease_epoch.clone()),
         Some(epoch(2))
     );
-    let finished = st(&s)
-        .journal
-        .iter()
-        .find(|e| e.type_ == JournalEntryType::ApplyFinished);
+    let finished = entry(&s, JournalEntryType::ApplyFinished);
     assert_eq!(
         finished.and_then(|e| e.outcome),
         Some(JournalOutcome::Succeeded)
@@ -801,10 +800,7 @@ fn apply_job_error_goes_verifying_convergence() {
     );
     let p = st(&s).pending_observation.as_ref().expect("proof owed");
     assert_eq!(p.outcome, ApplyOutcome::OutcomeUnknown);
-    let finished = st(&s)
-        .journal
-        .iter()
-        .find(|e| e.type_ == JournalEntryType::ApplyFinished);
+    let finished = entry(&s, JournalEntryType::ApplyFinished);
     assert_eq!(
         finished.and_then(|e| e.reason),
         Some(Reason::ApplyOutcomeUnknown)
@@ -1014,10 +1010,7 @@ fn proof_changes_remain_goes_ready_to_apply() {
     apply_always(&mut s);
     run(&mut s, changes(plan(2)), 12);
     assert_eq!(phase(&s), Some(SchemaPhase::ReadyToApply));
-    let verified = st(&s)
-        .journal
-        .iter()
-        .find(|e| e.type_ == JournalEntryType::Verified);
+    let verified = entry(&s, JournalEntryType::Verified);
     assert_eq!(
         verified.and_then(|e| e.outcome),
         Some(JournalOutcome::DriftRemains)
@@ -1054,10 +1047,7 @@ fn proof_superseded_by_generation_goes_pending() {
     assert_eq!(phase(&s), Some(SchemaPhase::Pending));
     assert!(st(&s).pending_observation.is_none());
     assert!(fx.iter().any(|e| matches!(e, Effect::ReleaseLease(_))));
-    let verified = st(&s)
-        .journal
-        .iter()
-        .find(|e| e.type_ == JournalEntryType::Verified);
+    let verified = entry(&s, JournalEntryType::Verified);
     assert_eq!(
         verified.and_then(|e| e.outcome),
         Some(JournalOutcome::Superseded)
