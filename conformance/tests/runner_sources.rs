@@ -657,7 +657,7 @@ async fn a_resolve_job_answers_the_digest_of_an_oci_tag() -> anyhow::Result<()> 
     // The result document (in the log until the receiver of issue 5) is the
     // supplychain resolution, bound to this operation and this Pod.
     let log = scope.read_log(&pod, OPERATION_CONTAINER)?;
-    let doc: Value = serde_json::from_str(log.trim()).with_context(|| log.clone())?;
+    let doc = result_document(&log)?;
     assert_eq!(doc["result"]["type"], "OciResolved");
     let resolution = &doc["result"]["resolution"];
     assert_eq!(resolution["digest"], digest.as_str());
@@ -814,7 +814,7 @@ async fn a_verify_job_accepts_the_signers_key_and_refuses_another_naming_the_rul
     assert_eq!(s["outcome"], "Succeeded", "{s}");
     assert_eq!(s["digest"], digest.as_str());
     let log = scope.read_log(&accepted, OPERATION_CONTAINER)?;
-    let doc: Value = serde_json::from_str(log.trim()).with_context(|| log.clone())?;
+    let doc = result_document(&log)?;
     assert_eq!(doc["result"]["type"], "OciVerified");
     let evidence = &doc["result"]["evidence"];
     assert_eq!(evidence["artifactDigest"], digest.as_str());
@@ -932,11 +932,7 @@ async fn a_git_resolve_job_under_a_source_policy_refuses_too_much_content_naming
     );
     // The log holds the result document, then the runner's one-line report.
     let log = scope.read_log(&pod, OPERATION_CONTAINER)?;
-    let doc: Value = serde_json::Deserializer::from_str(&log)
-        .into_iter::<Value>()
-        .next()
-        .context("no result document")?
-        .with_context(|| log.clone())?;
+    let doc = result_document(&log)?;
     assert!(doc.get("result").is_none_or(Value::is_null), "{doc}");
     assert_eq!(
         doc["error"]["rule"], "rules[1] (git.maxContentSize)",
@@ -959,7 +955,7 @@ async fn a_git_resolve_job_under_a_source_policy_refuses_too_much_content_naming
     assert_eq!(s["commit"], commit.as_str(), "{s}");
     assert_eq!(s["digest"], digest.as_str(), "{s}");
     let log = scope.read_log(&pod, OPERATION_CONTAINER)?;
-    let doc: Value = serde_json::from_str(log.trim()).with_context(|| log.clone())?;
+    let doc = result_document(&log)?;
     assert_eq!(doc["result"]["type"], "GitResolved", "{doc}");
     assert_eq!(doc["result"]["resolution"]["commit"], commit.as_str());
     assert_eq!(
@@ -993,4 +989,19 @@ async fn a_host_the_source_policy_refuses_is_refused_before_any_resolve_job() ->
     assert!(jobs.items.is_empty(), "{:?}", jobs.items);
     drop(scope);
     Ok(())
+}
+
+/// The result document in an operation container's log: the runner also
+/// reports its delivery to the receiver there, on a line of its own.
+fn result_document(log: &str) -> anyhow::Result<Value> {
+    let start = log
+        .lines()
+        .position(|l| l.starts_with('{'))
+        .with_context(|| format!("no result document in: {log}"))?;
+    let rest = log.lines().skip(start).collect::<Vec<_>>().join("\n");
+    serde_json::Deserializer::from_str(&rest)
+        .into_iter::<Value>()
+        .next()
+        .context("no result document")?
+        .with_context(|| log.to_string())
 }

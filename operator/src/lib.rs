@@ -6,10 +6,13 @@
 //! Rust types, from which `crdgen` generates the CRDs and `docs/api.md`; the
 //! lifecycles and execution arrive with the issues that follow.
 
+pub mod admission;
 pub mod api;
+pub mod controller;
 pub mod execution;
 pub mod lifecycle;
 pub mod runner;
+pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
 

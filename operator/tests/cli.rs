@@ -14,7 +14,8 @@ fn help(exe: &str) -> String {
 fn manager_answers_help() {
     let text = help(env!("CARGO_BIN_EXE_ptah-operator"));
     assert!(text.contains("PtahSchema"), "{text}");
-    assert!(text.contains("--metrics-addr"), "{text}");
+    assert!(text.contains("--token-key-file"), "{text}");
+    assert!(text.contains("--runner-image"), "{text}");
 }
 
 #[test]

@@ -413,7 +413,19 @@ impl SandboxSpec {
         } else {
             push(&[&"--tmpfs", &"/tmp"]);
         }
+        // bwrap makes the missing parents of a mount point 0700, which a
+        // non-root container cannot traverse (a real runtime makes them
+        // 0755): make them first, world-traversable.
+        let mut parents = std::collections::BTreeSet::new();
         for m in images.iter().chain(mounts.iter()) {
+            let target = Path::new(&m.target);
+            let mut chain: Vec<&Path> = target.ancestors().skip(1).collect();
+            chain.reverse();
+            for dir in chain.into_iter().filter(|d| *d != Path::new("/")) {
+                if parents.insert(dir.to_path_buf()) {
+                    push(&[&"--perms", &"0755", &"--dir", &dir]);
+                }
+            }
             let flag = if m.read_only { "--ro-bind" } else { "--bind" };
             push(&[&flag, &m.source, &m.target]);
         }

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 pub mod git;
 pub mod job;
+pub mod manager;
 pub mod namespace;
 pub mod oci;
 pub mod wait;

@@ -174,12 +174,33 @@ impl Drop for TestNamespace {
         // Already gone is fine.
         let (harness, ns) = (self.harness, self.name.clone());
         crate::testkit::clean_up(move || async move {
-            let namespaces: Api<Namespace> = Api::all(harness.client().await?);
+            let client = harness.client().await?;
+            // A manager stopped before its resources were deleted leaves
+            // their finalizers: drop them, so the namespace can go.
+            strip_finalizers(&client, &ns).await;
+            let namespaces: Api<Namespace> = Api::all(client);
             match namespaces.delete(&ns, &DeleteParams::default()).await {
                 Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
                 Err(e) => Err(e.into()),
                 Ok(_) => Ok(()),
             }
         });
+    }
+}
+
+/// Removes every finalizer from the namespace's PtahSchemas (best effort).
+async fn strip_finalizers(client: &Client, ns: &str) {
+    let gvk = kube::core::GroupVersionKind::gvk("operator.ptah.run", "v1alpha1", "PtahSchema");
+    let resource = kube::core::ApiResource::from_gvk_with_plural(&gvk, "ptahschemas");
+    let api: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    let Ok(list) = api.list(&Default::default()).await else {
+        return;
+    };
+    let patch = kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    for s in list.items {
+        let name = kube::ResourceExt::name_any(&s);
+        let _ = api
+            .patch(&name, &kube::api::PatchParams::default(), &patch)
+            .await;
     }
 }

@@ -1,21 +1,180 @@
-//! The manager: watches PtahSchema and PtahMigration resources and drives
-//! them through the six stages.
-use clap::Parser;
+//! The manager: watches PtahSchema resources and drives them through the six
+//! stages. It serves the result receiver (and the admission webhooks) on one
+//! TLS listener, and creates every Job, Lease and plan itself.
 
-/// Keeps PostgreSQL and MySQL/MariaDB schemas converged on what PtahSchema and
-/// PtahMigration resources declare.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Parser;
+use ptah_operator::api::status::ExecutionBinding;
+use ptah_operator::controller::{self, Config, Context, FaultPoint};
+use ptah_operator::execution::job::Images;
+use ptah_operator::execution::receiver::{RESULTS_PATH, Receiver, TokenKey};
+use ptah_operator::server::{self, Routes, Tls};
+use sha2::{Digest, Sha256};
+
+/// Keeps PostgreSQL and MySQL/MariaDB schemas converged on what PtahSchema
+/// resources declare.
 #[derive(Parser)]
 #[command(name = "ptah-operator", version = ptah_operator::VERSION)]
 struct Args {
-    /// Address the health and metrics endpoints listen on.
-    #[arg(long, default_value = "0.0.0.0:8080", env = "PTAH_METRICS_ADDR")]
-    metrics_addr: String,
+    /// Address the result receiver and the admission webhooks listen on.
+    #[arg(long, default_value = "0.0.0.0:9443", env = "PTAH_LISTEN")]
+    listen: SocketAddr,
+    /// The receiver's URL as Pods reach it (default: https://<listen>/v1/results).
+    #[arg(long, env = "PTAH_RECEIVER_URL")]
+    receiver_url: Option<String>,
+    /// Host names or IP addresses of a self-signed serving certificate, used
+    /// when no --tls-cert is given.
+    #[arg(long = "tls-host", default_value = "127.0.0.1")]
+    tls_hosts: Vec<String>,
+    /// Where the self-signed certificate is kept across restarts (made once).
+    #[arg(long, env = "PTAH_TLS_DIR")]
+    tls_dir: Option<PathBuf>,
+    /// Serving certificate chain (PEM); with --tls-key and --tls-ca.
+    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// Serving key (PEM).
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// The CA Pods trust the receiver by (PEM).
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// The key result tokens are derived from; created (0600) when absent.
+    #[arg(long, env = "PTAH_TOKEN_KEY_FILE")]
+    token_key_file: PathBuf,
+    /// The operator image (holds ptah-runner), by digest.
+    #[arg(long, env = "PTAH_RUNNER_IMAGE")]
+    runner_image: String,
+    /// The executor image (Ptah CLI and ptah-runner), by digest.
+    #[arg(long, env = "PTAH_EXECUTOR_IMAGE")]
+    executor_image: String,
+    /// Version of Ptah in the executor image.
+    #[arg(long, default_value = "v0.23.0", env = "PTAH_VERSION")]
+    ptah_version: String,
+    /// Namespace of the realm Leases.
+    #[arg(
+        long,
+        default_value = "ptah-system",
+        env = "PTAH_COORDINATION_NAMESPACE"
+    )]
+    coordination_namespace: String,
+    /// Watch only this namespace (default: all).
+    #[arg(long, env = "PTAH_WATCH_NAMESPACE")]
+    watch_namespace: Option<String>,
+    /// This manager's identity on Leases and Events (default: host and pid).
+    #[arg(long, env = "PTAH_HOLDER")]
+    holder: Option<String>,
+    /// How long a realm Lease lasts without renewal, in seconds.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(i32).range(5..=86460))]
+    lease_duration_seconds: i32,
+    /// How long a harvested Job is kept, in seconds.
+    #[arg(long, default_value_t = 300)]
+    harvested_ttl_seconds: i32,
+    /// Test-only: exit with code 86 right after this durable write.
+    #[arg(long, value_enum, hide = true)]
+    fault_point: Option<FaultPoint>,
 }
 
-fn main() -> anyhow::Result<()> {
+/// The execution epoch of a set of components: `v1-` and 32 hex digits of
+/// their digest, so every component change starts a new epoch.
+fn epoch_of(parts: &[&str]) -> String {
+    let digest = Sha256::digest(parts.join("\u{1f}").as_bytes());
+    format!("v1-{}", &hex::encode(digest)[..32])
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let args = Args::parse();
-    anyhow::bail!(
-        "the manager has no controllers yet (metrics address {}); see README.md",
-        args.metrics_addr
-    )
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the API server (KUBECONFIG or in-cluster)")?;
+    let tls = match (&args.tls_cert, &args.tls_key, &args.tls_ca) {
+        (Some(cert), Some(key), Some(ca)) => Tls::from_files(cert, key, ca)?,
+        _ => {
+            let hosts: Vec<&str> = args.tls_hosts.iter().map(String::as_str).collect();
+            match &args.tls_dir {
+                Some(dir) => Tls::self_signed_in(dir, &hosts)?,
+                None => Tls::self_signed(&hosts)?,
+            }
+        }
+    };
+    let key = Arc::new(
+        TokenKey::load_or_create(&args.token_key_file)
+            .with_context(|| format!("token key {}", args.token_key_file.display()))?,
+    );
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let local = listener.local_addr()?;
+    let receiver_url = args
+        .receiver_url
+        .clone()
+        .unwrap_or_else(|| format!("https://{local}{RESULTS_PATH}"));
+    let receiver = Arc::new(Receiver::new(client.clone(), key.clone()));
+    // The approvals' stamps and checks are served beside the receiver; the
+    // chart registers them (`admission::webhook_configurations`).
+    let routes = Routes::new().route(RESULTS_PATH, receiver.handler()).route(
+        "/admission/",
+        ptah_operator::admission::handler(client.clone()),
+    );
+    let ca_pem = tls.ca_pem.clone();
+    let server = tokio::spawn(async move { server::serve(listener, &tls, routes, 9 << 20).await });
+    let holder = args
+        .holder
+        .clone()
+        .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
+    let execution = ExecutionBinding {
+        epoch: epoch_of(&[
+            "1",
+            &args.ptah_version,
+            &args.executor_image,
+            &args.runner_image,
+            "1",
+        ]),
+        controller_state_version: 1,
+        ptah_version: args.ptah_version.clone(),
+        executor_image: args.executor_image.clone(),
+        runner_protocol_version: 1,
+    };
+    let config = Config {
+        images: Images {
+            runner: args.runner_image.clone(),
+            executor: args.executor_image.clone(),
+        },
+        receiver_url,
+        coordination_namespace: args.coordination_namespace.clone(),
+        holder,
+        lease_duration_seconds: args.lease_duration_seconds,
+        execution,
+        harvested_ttl_seconds: args.harvested_ttl_seconds,
+        fault_point: args.fault_point,
+        watch_namespace: args.watch_namespace.clone(),
+    };
+    tracing::info!(listen = %local, receiver = %config.receiver_url, "manager starting");
+    let ctx = Arc::new(Context::new(client, config, key, ca_pem));
+    tokio::select! {
+        () = controller::run(ctx) => {}
+        res = server => {
+            res.context("the server task")?.context("serving")?;
+        }
+    }
+    Ok(())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "ptah-operator".into())
 }

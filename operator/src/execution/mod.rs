@@ -5,5 +5,7 @@
 #[cfg(feature = "testing")]
 pub mod examples;
 pub mod job;
+pub mod lease;
+pub mod receiver;
 pub mod snapshot;
 pub mod source_policy;

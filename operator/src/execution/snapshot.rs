@@ -496,6 +496,40 @@ pub async fn resolve_configmap(
     })
 }
 
+/// The source ConfigMap as it is now, without writing anything: its UID and
+/// the content digest its selected files give. The controller compares it
+/// with the recorded resolution to notice an edit at once.
+pub async fn current_content(
+    client: &Client,
+    namespace: &str,
+    source: &ConfigMapSource,
+) -> Result<(String, String), ResolveError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let cm = api
+        .get_opt(&source.name)
+        .await
+        .map_err(ResolveError::api(format!(
+            "reading source ConfigMap {}",
+            source.name
+        )))?
+        .ok_or_else(|| ResolveError::SourceMissing {
+            namespace: namespace.to_string(),
+            name: source.name.clone(),
+        })?;
+    // The owner only names the snapshot; any non-empty value gives the digest.
+    let snap =
+        pure::take(&source_of(&cm), &source.keys, "-", &Limits::default()).map_err(|error| {
+            ResolveError::Source {
+                name: source.name.clone(),
+                source: error,
+            }
+        })?;
+    Ok((
+        cm.metadata.uid.clone().unwrap_or_default(),
+        snap.content_digest,
+    ))
+}
+
 /// Deletes the snapshots `owner` owns whose names are not in `still_named`;
 /// returns the names deleted. Call after a resolution is stored, with every
 /// snapshot the resource still names (`status.source`, plans, a claim); after

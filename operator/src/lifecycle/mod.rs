@@ -6,4 +6,5 @@
 pub mod conditions;
 pub mod journal;
 pub mod read_request;
+pub mod realm;
 pub mod schema;

@@ -161,6 +161,7 @@ use crate::api::status::{
     ActiveOperation, Authorization, ExecutionBinding, OperationType, PendingLockRelease,
     SourceBinding,
 };
+use crate::execution::job::OwnerKind;
 
 /// A realm re-check is due at least this often while a realm refuses.
 pub const REALM_RECHECK: Duration = Duration::from_secs(60);
@@ -677,7 +678,7 @@ impl Machine<'_> {
         ]);
         let when = self.now.0.to_string();
         let operation_id = hex_digest(&[&op_name, &uid, &fingerprint, &when]);
-        let job_name = job_name(op, &operation_id, 1);
+        let job_name = job_name(self.schema, op, &operation_id, 1);
         ActiveOperation {
             type_: op,
             operation_id,
@@ -1146,7 +1147,7 @@ impl Machine<'_> {
     /// The same operation again under the same claim.
     fn retry(&mut self, mut c: ActiveOperation) {
         c.attempt = c.attempt.saturating_add(1);
-        c.job_name = Some(job_name(c.type_, &c.operation_id, c.attempt));
+        c.job_name = Some(job_name(self.schema, c.type_, &c.operation_id, c.attempt));
         c.retry_not_before = None;
         c.job_uid = None;
         c.lease_continuity_lost = false;
@@ -2116,17 +2117,28 @@ enum InputMove {
     Execution(ExecutionBinding),
 }
 
-/// The claim's deterministic Job name: operation, claim and attempt.
-pub fn job_name(op: OperationType, operation_id: &str, attempt: i32) -> String {
-    let short: String = operation_id
-        .trim_start_matches("sha256:")
-        .chars()
-        .take(16)
-        .collect();
-    format!(
-        "ptah-{}-{short}-{attempt}",
-        format!("{op:?}").to_ascii_lowercase()
-    )
+/// The claim's deterministic Job name: the Job builder's, so the name the
+/// claim reserves is the name the Job is created under.
+pub fn job_name(
+    schema: &PtahSchema,
+    op: OperationType,
+    operation_id: &str,
+    attempt: i32,
+) -> String {
+    let name = schema.metadata.name.as_deref().unwrap_or_default();
+    crate::execution::job::job_name(OwnerKind::PtahSchema, op, name, operation_id, attempt)
+        .unwrap_or_else(|_| {
+            // Only a resource name the API server would refuse gets here.
+            let short: String = operation_id
+                .trim_start_matches("sha256:")
+                .chars()
+                .take(16)
+                .collect();
+            format!(
+                "ptah-{}-{short}-{attempt}",
+                format!("{op:?}").to_ascii_lowercase()
+            )
+        })
 }
 
 /// Whether an engine is one the operator implements (the controller sends

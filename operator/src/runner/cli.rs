@@ -231,7 +231,7 @@ pub struct CommonArgs {
 }
 
 /// `--resource`, parsed.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceRef {
     /// `PtahSchema` or `PtahMigration`.

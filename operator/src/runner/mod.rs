@@ -63,9 +63,12 @@
 //! against the policy before the commit is reported, and a refusal names the
 //! rule, `rules[<i>] (git.<field>)`, and reports no commit) or
 //! [`oci::Resolution`], Verify's the
-//! [`verification::VerifiedEvidence`]. The manager's result receiver that
-//! `--result-url`/`--result-token-file` designate comes with issue 5: until
-//! then those flags are checked and the token is not read.
+//! [`verification::VerifiedEvidence`]. An operation container also delivers
+//! the document to the manager's result receiver ([`deliver`]): `POST
+//! --result-url` with the token of `--result-token-file`, trusting only
+//! `--result-ca-file`, retrying transient failures for up to two minutes
+//! (never past `--execution-not-after`). A failed delivery is reported on
+//! stderr and changes neither the exit code nor the summary.
 //!
 //! Every step also writes a summary of at most 4 KiB ([`Summary`], compact
 //! JSON) to the container's `terminationMessagePath` (`/dev/termination-log`),
@@ -86,14 +89,16 @@
 
 pub mod cli;
 pub mod credentials;
+pub mod deliver;
 mod steps;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use supplychain::{git, oci, verification};
 
 pub use steps::{Finished, run_step};
@@ -112,6 +117,20 @@ pub const EXIT_DEADLINE: i32 = 4;
 pub const EXIT_NOT_IMPLEMENTED: i32 = 5;
 /// Stopped by SIGTERM.
 pub const EXIT_TERMINATED: i32 = 143;
+
+/// Every step's name, as result documents spell it.
+pub const STEPS: &[&str] = &[
+    "source check",
+    "source fetch git",
+    "source fetch oci",
+    "resolve git",
+    "resolve oci",
+    "verify oci",
+    "observe",
+    "plan",
+    "history",
+    "apply",
+];
 
 /// The largest termination message the kubelet keeps.
 pub const MAX_SUMMARY_BYTES: usize = 4096;
@@ -210,7 +229,7 @@ impl fmt::Display for StepError {
 impl std::error::Error for StepError {}
 
 /// How the step ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
     /// The step did what it was asked.
     Succeeded,
@@ -229,7 +248,7 @@ pub enum Outcome {
 }
 
 /// One file written to `--out`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FileResult {
     /// Path under `--out`.
@@ -241,7 +260,7 @@ pub struct FileResult {
 }
 
 /// What a successful step answers.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum StepOutput {
     /// `source check`: the snapshot gave the bound digest.
@@ -316,7 +335,7 @@ impl StepOutput {
 }
 
 /// The operation a step of an operation container belongs to.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OperationRef {
     /// `--operation-id`.
@@ -343,7 +362,7 @@ pub struct OperationRef {
 }
 
 /// Why a step did not succeed, in the result document.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorDoc {
     /// The refusing rule.
@@ -371,15 +390,15 @@ impl From<&StepError> for ErrorDoc {
 }
 
 /// The typed result document of one step.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResultDocument {
     /// [`RESULT_API_VERSION`].
-    pub api_version: &'static str,
+    pub api_version: Cow<'static, str>,
     /// `StepResult`.
-    pub kind: &'static str,
-    /// `source check`, `source fetch git`, `resolve oci`, …
-    pub step: &'static str,
+    pub kind: Cow<'static, str>,
+    /// `source check`, `source fetch git`, `resolve oci`, … (one of [`STEPS`]).
+    pub step: Cow<'static, str>,
     /// The operation (operation containers only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub operation: Option<OperationRef>,
@@ -410,15 +429,28 @@ impl ResultDocument {
             Err(e) => (e.outcome(), None, Some(ErrorDoc::from(e))),
         };
         ResultDocument {
-            api_version: RESULT_API_VERSION,
-            kind: "StepResult",
-            step,
+            api_version: Cow::Borrowed(RESULT_API_VERSION),
+            kind: Cow::Borrowed("StepResult"),
+            step: Cow::Borrowed(step),
             operation,
             outcome,
             started_at: started_at.to_string(),
             finished_at: Timestamp::now().to_string(),
             result: output,
             error,
+        }
+    }
+
+    /// The step as one of [`STEPS`] (`unknown` for a document read back
+    /// with another).
+    pub fn step_name(&self) -> &'static str {
+        match &self.step {
+            Cow::Borrowed(s) => s,
+            Cow::Owned(s) => STEPS
+                .iter()
+                .find(|k| **k == s.as_str())
+                .copied()
+                .unwrap_or("unknown"),
         }
     }
 
@@ -431,7 +463,7 @@ impl ResultDocument {
             .unwrap_or_default();
         Summary {
             outcome: self.outcome,
-            step: self.step,
+            step: self.step_name(),
             digest,
             commit,
             rule: self.error.as_ref().and_then(|e| e.rule.clone()),

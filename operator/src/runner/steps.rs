@@ -20,6 +20,7 @@ use super::cli::{
     VerifyCommand, VerifyOciArgs,
 };
 use super::credentials::{git_credentials, read_optional, registry_credentials};
+use super::deliver::{self, Delivered, DeliveryError, Target};
 use super::{FileResult, OperationRef, ResultDocument, StepError, StepOutput, budget};
 
 /// The largest verification policy read.
@@ -35,16 +36,22 @@ pub struct Finished {
     pub exit_code: i32,
     /// `--result-file`, when given.
     pub result_file: Option<PathBuf>,
+    /// The delivery to the receiver (operation containers only).
+    pub delivery: Option<Result<Delivered, DeliveryError>>,
 }
+
+/// How long a delivery may retry after a step stopped by SIGTERM: the
+/// grace period is short.
+const DELIVERY_AFTER_SIGTERM: Duration = Duration::from_secs(10);
 
 /// The future of one step.
 type StepFuture = std::pin::Pin<Box<dyn Future<Output = Result<StepOutput, StepError>> + Send>>;
 
-/// A step ready to run: its name, operation, bounds, dispatch and execution
-/// deadlines, and its future.
+/// A step ready to run: its name, operation and result target, bounds,
+/// dispatch and execution deadlines, and its future.
 type Planned = (
     &'static str,
-    Option<OperationRef>,
+    Option<(OperationRef, Target)>,
     StepBounds,
     Option<Timestamp>,
     Option<Timestamp>,
@@ -88,7 +95,7 @@ pub async fn run_step(command: Command) -> Finished {
             let c = a.common.clone();
             (
                 "resolve git",
-                Some(operation_ref(&c)),
+                Some((operation_ref(&c), Target::of(&c))),
                 c.bounds,
                 c.dispatch_not_after,
                 c.execution_not_after,
@@ -99,7 +106,7 @@ pub async fn run_step(command: Command) -> Finished {
             let c = a.common.clone();
             (
                 "resolve oci",
-                Some(operation_ref(&c)),
+                Some((operation_ref(&c), Target::of(&c))),
                 c.bounds,
                 c.dispatch_not_after,
                 c.execution_not_after,
@@ -110,7 +117,7 @@ pub async fn run_step(command: Command) -> Finished {
             let c = a.common.clone();
             (
                 "verify oci",
-                Some(operation_ref(&c)),
+                Some((operation_ref(&c), Target::of(&c))),
                 c.bounds,
                 c.dispatch_not_after,
                 c.execution_not_after,
@@ -121,7 +128,7 @@ pub async fn run_step(command: Command) -> Finished {
             let c = a.common.clone();
             (
                 step_name,
-                Some(operation_ref(&c)),
+                Some((operation_ref(&c), Target::of(&c))),
                 c.bounds,
                 None,
                 None,
@@ -132,7 +139,7 @@ pub async fn run_step(command: Command) -> Finished {
             let c = a.database.common.clone();
             (
                 "apply",
-                Some(operation_ref(&c)),
+                Some((operation_ref(&c), Target::of(&c))),
                 c.bounds,
                 None,
                 None,
@@ -150,10 +157,37 @@ pub async fn run_step(command: Command) -> Finished {
         Ok(_) => super::EXIT_OK,
         Err(e) => e.exit_code(),
     };
+    let (operation, target) = operation.unzip();
+    let document = ResultDocument::new(step, operation, started, &result);
+    let delivery = match target {
+        None => None,
+        Some(target) => {
+            let bound = match result {
+                Err(StepError::Terminated) => DELIVERY_AFTER_SIGTERM,
+                _ => deliver::MAX_DELIVERY,
+            };
+            let delivering = deliver::deliver(&target, &document, bound);
+            tokio::pin!(delivering);
+            // SIGTERM while delivering leaves the grace period to finish.
+            let delivered = tokio::select! {
+                r = &mut delivering => r,
+                () = sigterm() => tokio::time::timeout(DELIVERY_AFTER_SIGTERM, &mut delivering)
+                    .await
+                    .unwrap_or(Err(DeliveryError::Terminated)),
+            };
+            if let Err(e) = &delivered {
+                // The termination message stays the fallback; the exit code
+                // keeps its meaning.
+                eprintln!("ptah-runner: the result was not delivered: {e}");
+            }
+            Some(delivered)
+        }
+    };
     Finished {
-        document: ResultDocument::new(step, operation, started, &result),
+        document,
         exit_code,
         result_file: bounds.result_file,
+        delivery,
     }
 }
 
@@ -163,19 +197,22 @@ async fn not_implemented() -> Result<StepOutput, StepError> {
     ))
 }
 
+/// The next SIGTERM (the runner is PID 1: nothing else ends it).
+async fn sigterm() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending::<()>().await,
+    }
+}
+
 /// The step within `limit`, ended early by SIGTERM.
 async fn guarded(
     limit: Duration,
     step: impl Future<Output = Result<StepOutput, StepError>>,
 ) -> Result<StepOutput, StepError> {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
+    let term = sigterm();
     tokio::select! {
         r = tokio::time::timeout(limit, step) => r.unwrap_or_else(|_| Err(StepError::Deadline(format!(
             "the step did not finish within {}s (--timeout / --execution-not-after)",

@@ -1,0 +1,240 @@
+//! The controller: kube-runtime wiring around the pure lifecycles. It watches
+//! PtahSchemas, the Jobs they own, the ConfigMaps their sources and policies
+//! name, and PtahRealms; on each pass it turns what it reads into
+//! [`Observation`](crate::lifecycle::schema::Observation)s, steps the
+//! machine, writes the status (claim, journal, conditions in one write) and
+//! only then performs the effects: snapshots, Leases, Jobs, Events.
+//!
+//! The dispatch protocol (architecture.md, "The durable claim"): the claim
+//! and its `dispatchStarted` marker are written before the one Job create; a
+//! Job found under the reserved name is adopted, never created twice; the
+//! Job's UID is recorded once it is known; a terminal Job's result is
+//! harvested from the receiver's store and the claim cleared in one status
+//! write; only then is the Job given its cleanup TTL and the token Secret
+//! and stored result deleted. A manager killed between any two of these
+//! writes finds, on restart, exactly what to do next from the status.
+
+mod dispatch;
+mod harvest;
+mod inputs;
+mod schema;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+
+use crate::api::realm::PtahRealm;
+use crate::api::schema::PtahSchema;
+use crate::api::status::ExecutionBinding;
+use crate::execution::job::{Images, LABEL_MANAGED_BY};
+use crate::execution::lease::Leases;
+use crate::execution::receiver::TokenKey;
+
+/// The value of `app.kubernetes.io/managed-by` on everything the manager makes.
+pub const MANAGER: &str = "ptah-operator";
+
+/// A place in the dispatch protocol where a test can stop the manager, right
+/// after the durable write that precedes it (`--fault-point`, test-only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FaultPoint {
+    /// The claim with `dispatchStarted` is written; no Job exists yet.
+    AfterClaim,
+    /// The Job is created; its UID is not recorded.
+    AfterJobCreate,
+    /// The Job's UID is recorded on the claim.
+    AfterJobUid,
+    /// The harvested outcome is written; the Job is not yet given its TTL.
+    AfterOutcome,
+}
+
+/// The exit code of a manager stopped at a fault point.
+pub const FAULT_EXIT_CODE: i32 = 86;
+
+/// How the manager runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The runner and executor images.
+    pub images: Images,
+    /// The receiver's URL, as Pods reach it.
+    pub receiver_url: String,
+    /// The namespace of the realm Leases.
+    pub coordination_namespace: String,
+    /// This manager's identity on Leases and Events.
+    pub holder: String,
+    /// How long a realm Lease lasts without renewal.
+    pub lease_duration_seconds: i32,
+    /// The execution components operations run under.
+    pub execution: ExecutionBinding,
+    /// The cleanup TTL a harvested Job is given.
+    pub harvested_ttl_seconds: i32,
+    /// Test-only: stop the process at this point of the protocol.
+    pub fault_point: Option<FaultPoint>,
+    /// Watch only this namespace (tests and single-namespace installs).
+    pub watch_namespace: Option<String>,
+}
+
+/// What every pass shares.
+pub struct Context {
+    /// The manager's client.
+    pub client: Client,
+    /// How the manager runs.
+    pub config: Config,
+    /// The realm Leases.
+    pub leases: Leases,
+    /// The key result tokens are derived from.
+    pub token_key: Arc<TokenKey>,
+    /// The CA Pods trust the receiver by, published to each namespace.
+    pub receiver_ca_pem: String,
+    /// Events.
+    pub recorder: Recorder,
+}
+
+impl Context {
+    /// A context for `config`.
+    pub fn new(
+        client: Client,
+        config: Config,
+        token_key: Arc<TokenKey>,
+        receiver_ca_pem: String,
+    ) -> Self {
+        let leases = Leases::new(
+            client.clone(),
+            &config.coordination_namespace,
+            &config.holder,
+        );
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: MANAGER.into(),
+                instance: Some(config.holder.clone()),
+            },
+        );
+        Context {
+            client,
+            config,
+            leases,
+            token_key,
+            receiver_ca_pem,
+            recorder,
+        }
+    }
+
+    /// Stops the process if the test asked for a fault at `point`.
+    fn fault(&self, point: FaultPoint) {
+        if self.config.fault_point == Some(point) {
+            tracing::warn!(?point, "stopping at the requested fault point");
+            std::process::exit(FAULT_EXIT_CODE);
+        }
+    }
+}
+
+/// Why a pass did not finish; the pass is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request to the API server failed.
+    #[error("{what}: {source}")]
+    Kube {
+        /// What was being done.
+        what: String,
+        /// The error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// A Lease request failed.
+    #[error(transparent)]
+    Lease(#[from] crate::execution::lease::LeaseError),
+    /// Reading or deleting a stored result failed.
+    #[error(transparent)]
+    Receiver(#[from] crate::execution::receiver::ReceiverError),
+    /// The resource has no UID or namespace: it was never stored.
+    #[error("PtahSchema {0} has no UID: it was never stored")]
+    NotStored(String),
+}
+
+/// Wraps a kube error with what was being done.
+fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Kube {
+        what,
+        source: Box::new(source),
+    }
+}
+
+/// Runs the PtahSchema controller until the watches end.
+pub async fn run(ctx: Arc<Context>) {
+    let client = ctx.client.clone();
+    let scoped = ctx.config.watch_namespace.clone();
+    fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let ns = scoped.as_deref();
+    let controller = Controller::new(api::<PtahSchema>(&client, ns), watcher::Config::default());
+    let store = controller.store();
+    let by_config_map = store.clone();
+    let by_realm = store;
+    controller
+        .owns(
+            api::<Job>(&client, ns),
+            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
+        )
+        .watches(
+            api::<ConfigMap>(&client, ns),
+            watcher::Config::default(),
+            move |cm| {
+                let ns = cm.namespace().unwrap_or_default();
+                let name = cm.name_any();
+                by_config_map
+                    .state()
+                    .into_iter()
+                    .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+                    .filter(|s| inputs::names_config_map(s, &name))
+                    .map(|s| ObjectRef::from_obj(&*s))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            Api::<PtahRealm>::all(client.clone()),
+            watcher::Config::default(),
+            move |realm| {
+                let name = realm.name_any();
+                by_realm
+                    .state()
+                    .into_iter()
+                    .filter(|s| {
+                        s.spec.target.realm_ref.as_ref().map(|r| r.name.as_str())
+                            == Some(name.as_str())
+                    })
+                    .map(|s| ObjectRef::from_obj(&*s))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .shutdown_on_signal()
+        .run(schema::reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => tracing::debug!(schema = %obj, "reconciled"),
+                Err(e) => tracing::warn!(error = %e, "reconcile failed"),
+            }
+        })
+        .await;
+}
+
+fn error_policy(_obj: Arc<PtahSchema>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(%error, "pass failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}

@@ -1,0 +1,550 @@
+//! The database-realm Lease (stage 4): a `coordination.k8s.io` Lease named
+//! from the coordination digest, in one coordination namespace, that Plan,
+//! Apply and the proof after an Apply hold while they run.
+//!
+//! * Every acquisition rotates an epoch (`v1-` + 32 random hex) kept in the
+//!   Lease's [`ANNOTATION_LEASE_EPOCH`]; the claim records it before dispatch.
+//!   A claim whose epoch is no longer the Lease's has lost the lock interval:
+//!   [`Leases::renew`] says [`Continuity::Lost`], the seed's
+//!   `leaseContinuityLost`, set before any result is harvested.
+//! * A free Lease (absent, or released: no holder) is taken at once. A foreign
+//!   one is taken over only after this process observed it unchanged (same
+//!   `resourceVersion`) for its full `leaseDurationSeconds` on its own
+//!   monotonic clock, never by comparing the holder's wall-clock `renewTime`
+//!   with ours: clocks of two machines disagree, an `Instant` does not jump.
+//! * Every write carries a `resourceVersion` precondition, so two managers
+//!   racing for one Lease cannot both win.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::Client;
+use kube::api::{Api, PostParams};
+
+use crate::api::status::PendingLockRelease;
+use crate::execution::job::{LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY};
+use crate::lifecycle::read_request::sha256_hex;
+
+/// Prefix of every realm Lease's name.
+pub const NAME_PREFIX: &str = "ptah-realm-";
+/// `app.kubernetes.io/component` of a realm Lease.
+pub const COMPONENT: &str = "realm-lease";
+/// Annotation: the epoch of the current acquisition.
+pub const ANNOTATION_LEASE_EPOCH: &str = "operator.ptah.run/lease-epoch";
+/// Annotation: the operation (claim) the Lease is held for.
+pub const ANNOTATION_LEASE_OPERATION: &str = "operator.ptah.run/lease-operation";
+/// Annotation: the coordination digest the Lease guards (its name keeps only
+/// a prefix of it).
+pub const ANNOTATION_COORDINATION_DIGEST: &str = "operator.ptah.run/coordination-digest";
+
+/// The bounds of `leaseDurationSeconds`, as the claim's schema has them.
+const MIN_DURATION_SECONDS: i32 = 5;
+const MAX_DURATION_SECONDS: i32 = 86460;
+/// How soon to try again after losing a write race.
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+/// Writes tried before a Lease that keeps changing is reported contended.
+const WRITE_ATTEMPTS: u32 = 3;
+
+/// The Lease's name: [`NAME_PREFIX`] and the first 40 hex digits of the
+/// digest, a valid object name. Anything but a `sha256:<hex>` digest is
+/// digested first, so the name stays valid whatever the input.
+pub fn lease_name(coordination_digest: &str) -> String {
+    let hex = coordination_digest
+        .strip_prefix("sha256:")
+        .filter(|h| h.len() >= 40 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            sha256_hex(coordination_digest.as_bytes())
+                .trim_start_matches("sha256:")
+                .to_owned()
+        });
+    format!("{NAME_PREFIX}{}", hex.get(..40).unwrap_or(&hex))
+}
+
+/// A foreign Lease as this process last saw it, and since when it has looked
+/// exactly so.
+#[derive(Debug)]
+struct Sighting {
+    resource_version: Option<String>,
+    holder: String,
+    renew_time: Option<MicroTime>,
+    first_seen: Instant,
+}
+
+/// The realm Leases of one manager.
+pub struct Leases {
+    api: Api<Lease>,
+    namespace: String,
+    holder: String,
+    /// Foreign Leases by name: a takeover needs one unchanged for its whole
+    /// duration on this process's clock.
+    foreign: Mutex<HashMap<String, Sighting>>,
+}
+
+/// The outcome of [`Leases::acquire`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// Held under a new epoch; the claim records it before dispatch.
+    Held {
+        /// The epoch (`v1-` + 32 hex).
+        epoch: String,
+        /// The Lease's duration, in seconds.
+        duration_seconds: i32,
+    },
+    /// Another claim holds it; try again after `retry_after`.
+    Busy {
+        /// Who holds it (`holderIdentity`), or who raced us to it.
+        holder: String,
+        /// How long until a takeover may be allowed, or a short retry after a
+        /// lost write race.
+        retry_after: Duration,
+    },
+}
+
+/// The outcome of [`Leases::renew`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Continuity {
+    /// Still held under the claim's epoch, without interruption.
+    Held,
+    /// The claim's epoch no longer owns an uninterrupted lock interval.
+    Lost,
+}
+
+/// A Lease operation that failed; each names the Lease.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// The API server refused or failed a request.
+    #[error("Lease {namespace}/{name}: {source}")]
+    Kube {
+        /// The coordination namespace.
+        namespace: String,
+        /// The Lease.
+        name: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The requested duration is outside the claim's bounds.
+    #[error(
+        "Lease {name}: leaseDurationSeconds {value} is outside {MIN_DURATION_SECONDS} to {MAX_DURATION_SECONDS}"
+    )]
+    Duration {
+        /// The Lease.
+        name: String,
+        /// The duration asked for.
+        value: i32,
+    },
+    /// The system's random source gave no bytes for an epoch.
+    #[error("Lease {name}: the system random source gave no epoch")]
+    Random {
+        /// The Lease.
+        name: String,
+    },
+    /// Every write lost a race with another writer.
+    #[error("Lease {namespace}/{name}: changed under every one of {attempts} writes")]
+    Contended {
+        /// The coordination namespace.
+        namespace: String,
+        /// The Lease.
+        name: String,
+        /// Writes tried.
+        attempts: u32,
+    },
+}
+
+/// A fresh epoch: `v1-` and 32 hex digits from the system's secure random
+/// source (aws-lc-rs, through rustls).
+fn new_epoch(name: &str) -> Result<String, LeaseError> {
+    let mut bytes = [0u8; 16];
+    rustls::crypto::aws_lc_rs::default_provider()
+        .secure_random
+        .fill(&mut bytes)
+        .map_err(|_| LeaseError::Random {
+            name: name.to_owned(),
+        })?;
+    let mut epoch = String::with_capacity(3 + 32);
+    epoch.push_str("v1-");
+    for b in bytes {
+        epoch.push_str(&format!("{b:02x}"));
+    }
+    Ok(epoch)
+}
+
+fn annotation<'a>(lease: &'a Lease, key: &str) -> Option<&'a str> {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// The holder, when there is one: an empty identity is a released Lease.
+fn holder_of(lease: &Lease) -> Option<&str> {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .filter(|h| !h.is_empty())
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+impl Leases {
+    /// The Leases of the manager `holder` (its identity, written as
+    /// `holderIdentity`) in the coordination namespace `namespace`.
+    pub fn new(client: Client, namespace: &str, holder: &str) -> Self {
+        Leases {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_owned(),
+            holder: holder.to_owned(),
+            foreign: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn kube_error(&self, name: &str) -> impl FnOnce(kube::Error) -> LeaseError {
+        let (namespace, name) = (self.namespace.clone(), name.to_owned());
+        move |source| LeaseError::Kube {
+            namespace,
+            name,
+            source,
+        }
+    }
+
+    fn contended(&self, name: &str) -> LeaseError {
+        LeaseError::Contended {
+            namespace: self.namespace.clone(),
+            name: name.to_owned(),
+            attempts: WRITE_ATTEMPTS,
+        }
+    }
+
+    fn sightings(&self) -> std::sync::MutexGuard<'_, HashMap<String, Sighting>> {
+        // A panic elsewhere while holding the table leaves it usable.
+        self.foreign
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How long this process has seen `lease` exactly as it is now; a change
+    /// (or a first sighting) starts the count again.
+    fn unchanged_for(&self, name: &str, lease: &Lease, holder: &str) -> Duration {
+        let resource_version = lease.metadata.resource_version.clone();
+        let renew_time = lease.spec.as_ref().and_then(|s| s.renew_time.clone());
+        let mut table = self.sightings();
+        match table.get(name) {
+            Some(s)
+                if s.resource_version == resource_version
+                    && s.holder == holder
+                    && s.renew_time == renew_time =>
+            {
+                s.first_seen.elapsed()
+            }
+            _ => {
+                table.insert(
+                    name.to_owned(),
+                    Sighting {
+                        resource_version,
+                        holder: holder.to_owned(),
+                        renew_time,
+                        first_seen: Instant::now(),
+                    },
+                );
+                Duration::ZERO
+            }
+        }
+    }
+
+    fn forget(&self, name: &str) {
+        self.sightings().remove(name);
+    }
+
+    /// The Lease as this acquisition writes it over `base` (the object read,
+    /// with its `resourceVersion` as the precondition, or a new one).
+    fn acquisition(
+        &self,
+        base: Option<Lease>,
+        name: &str,
+        coordination_digest: &str,
+        operation_id: &str,
+        epoch: &str,
+        duration_seconds: i32,
+    ) -> Lease {
+        let now = MicroTime(Timestamp::now());
+        let mut lease = base.unwrap_or_else(|| Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(BTreeMap::from([
+                    (LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
+                    (LABEL_COMPONENT.to_owned(), COMPONENT.to_owned()),
+                ])),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        });
+        let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.insert(ANNOTATION_LEASE_EPOCH.to_owned(), epoch.to_owned());
+        annotations.insert(
+            ANNOTATION_LEASE_OPERATION.to_owned(),
+            operation_id.to_owned(),
+        );
+        annotations.insert(
+            ANNOTATION_COORDINATION_DIGEST.to_owned(),
+            coordination_digest.to_owned(),
+        );
+        let created = lease.metadata.resource_version.is_none();
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        spec.holder_identity = Some(self.holder.clone());
+        spec.lease_duration_seconds = Some(duration_seconds);
+        spec.acquire_time = Some(now.clone());
+        spec.renew_time = Some(now);
+        // One transition per acquisition: each is a new epoch.
+        spec.lease_transitions = Some(if created {
+            0
+        } else {
+            spec.lease_transitions.unwrap_or(0).saturating_add(1)
+        });
+        lease
+    }
+
+    /// Takes the Lease for the claim, rotating a fresh epoch (`v1-` + 32
+    /// random hex, in [`ANNOTATION_LEASE_EPOCH`], beside the operation id in
+    /// [`ANNOTATION_LEASE_OPERATION`]) on every acquisition.
+    ///
+    /// A free Lease (absent, or released: no holder) is taken at once; one
+    /// held by this holder for this same operation id is taken again with a
+    /// NEW epoch (so a claim that lost track sees `leaseContinuityLost`); a
+    /// foreign one (another operation or holder) is taken over only after this
+    /// process observed it unchanged for its full `leaseDurationSeconds` on
+    /// its monotonic clock, otherwise `Busy` with the time left. A lost write
+    /// race is `Busy` with a short retry.
+    pub async fn acquire(
+        &self,
+        coordination_digest: &str,
+        operation_id: &str,
+        duration_seconds: i32,
+    ) -> Result<Acquired, LeaseError> {
+        let name = lease_name(coordination_digest);
+        if !(MIN_DURATION_SECONDS..=MAX_DURATION_SECONDS).contains(&duration_seconds) {
+            return Err(LeaseError::Duration {
+                name,
+                value: duration_seconds,
+            });
+        }
+        let current = self
+            .api
+            .get_opt(&name)
+            .await
+            .map_err(self.kube_error(&name))?;
+
+        let raced = |holder: Option<&str>| Acquired::Busy {
+            holder: holder.unwrap_or("a concurrent writer").to_owned(),
+            retry_after: CONFLICT_RETRY,
+        };
+        let holder = current.as_ref().and_then(holder_of).map(str::to_owned);
+        if let (Some(lease), Some(holder)) = (&current, &holder) {
+            let ours = *holder == self.holder
+                && annotation(lease, ANNOTATION_LEASE_OPERATION) == Some(operation_id);
+            if !ours {
+                // The duration the holder wrote is the one it promised to
+                // renew within.
+                let duration = lease
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.lease_duration_seconds)
+                    .filter(|d| *d > 0)
+                    .unwrap_or(duration_seconds);
+                let full = Duration::from_secs(u64::from(duration.unsigned_abs()));
+                let seen = self.unchanged_for(&name, lease, holder);
+                if seen < full {
+                    return Ok(Acquired::Busy {
+                        holder: holder.clone(),
+                        retry_after: full - seen,
+                    });
+                }
+            }
+        }
+
+        let epoch = new_epoch(&name)?;
+        let exists = current.is_some();
+        let lease = self.acquisition(
+            current,
+            &name,
+            coordination_digest,
+            operation_id,
+            &epoch,
+            duration_seconds,
+        );
+        let written = if exists {
+            self.api
+                .replace(&name, &PostParams::default(), &lease)
+                .await
+        } else {
+            self.api.create(&PostParams::default(), &lease).await
+        };
+        match written {
+            Ok(_) => {
+                self.forget(&name);
+                Ok(Acquired::Held {
+                    epoch,
+                    duration_seconds,
+                })
+            }
+            Err(e) if is_conflict(&e) => Ok(raced(holder.as_deref())),
+            Err(e) => Err(self.kube_error(&name)(e)),
+        }
+    }
+
+    /// Renews the Lease held for the claim if it still carries `epoch` and
+    /// this holder and operation: `Held`. Anything else (another epoch,
+    /// another holder, absent, or a renewal that comes after `renewTime` +
+    /// duration on the wall clock) is `Lost`: the seed's
+    /// `leaseContinuityLost`, to be set before any result is harvested.
+    pub async fn renew(
+        &self,
+        coordination_digest: &str,
+        operation_id: &str,
+        epoch: &str,
+    ) -> Result<Continuity, LeaseError> {
+        let name = lease_name(coordination_digest);
+        for _ in 0..WRITE_ATTEMPTS {
+            let Some(mut lease) = self
+                .api
+                .get_opt(&name)
+                .await
+                .map_err(self.kube_error(&name))?
+            else {
+                return Ok(Continuity::Lost);
+            };
+            let carries = holder_of(&lease) == Some(self.holder.as_str())
+                && annotation(&lease, ANNOTATION_LEASE_OPERATION) == Some(operation_id)
+                && annotation(&lease, ANNOTATION_LEASE_EPOCH) == Some(epoch);
+            if !carries {
+                return Ok(Continuity::Lost);
+            }
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+            // Late by our own wall clock: another manager may already have
+            // taken it over and let it go again, so the interval is not ours.
+            let now = Timestamp::now();
+            let lapsed = match (&spec.renew_time, spec.lease_duration_seconds) {
+                (Some(renewed), Some(secs)) => renewed
+                    .0
+                    .checked_add(SignedDuration::from_secs(i64::from(secs)))
+                    .map_or(true, |deadline| now > deadline),
+                _ => true,
+            };
+            if lapsed {
+                return Ok(Continuity::Lost);
+            }
+            spec.renew_time = Some(MicroTime(now));
+            match self
+                .api
+                .replace(&name, &PostParams::default(), &lease)
+                .await
+            {
+                Ok(_) => return Ok(Continuity::Held),
+                // Written in between: read again and judge what is there now.
+                Err(e) if is_conflict(&e) => continue,
+                Err(e) => return Err(self.kube_error(&name)(e)),
+            }
+        }
+        Err(self.contended(&name))
+    }
+
+    /// Releases the Lease only if it still carries `release.lease_epoch`:
+    /// clears the holder and keeps the object (its next acquisition is
+    /// immediate). Otherwise, or when it is gone, does nothing. Idempotent.
+    pub async fn release(&self, release: &PendingLockRelease) -> Result<(), LeaseError> {
+        let name = lease_name(&release.coordination_digest);
+        for _ in 0..WRITE_ATTEMPTS {
+            let Some(mut lease) = self
+                .api
+                .get_opt(&name)
+                .await
+                .map_err(self.kube_error(&name))?
+            else {
+                return Ok(());
+            };
+            // The epoch is unique to one acquisition: anything else belongs
+            // to a later claim.
+            if annotation(&lease, ANNOTATION_LEASE_EPOCH) != Some(release.lease_epoch.as_str())
+                || holder_of(&lease).is_none()
+            {
+                return Ok(());
+            }
+            if let Some(spec) = lease.spec.as_mut() {
+                spec.holder_identity = None;
+            }
+            match self
+                .api
+                .replace(&name, &PostParams::default(), &lease)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if is_conflict(&e) => continue,
+                Err(e) => return Err(self.kube_error(&name)(e)),
+            }
+        }
+        Err(self.contended(&name))
+    }
+}
+
+impl std::fmt::Debug for Leases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leases")
+            .field("namespace", &self.namespace)
+            .field("holder", &self.holder)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_name_takes_forty_hex_of_the_digest() {
+        let digest = format!("sha256:{}", "0123456789abcdef".repeat(4));
+        assert_eq!(
+            lease_name(&digest),
+            "ptah-realm-0123456789abcdef0123456789abcdef01234567"
+        );
+    }
+
+    #[test]
+    fn lease_name_of_anything_else_is_still_a_valid_name() {
+        for odd in ["", "sha256:XYZ", "Not A Digest/..", "sha256:abc"] {
+            let name = lease_name(odd);
+            assert!(name.starts_with(NAME_PREFIX), "{name}");
+            assert_eq!(name.len(), NAME_PREFIX.len() + 40, "{name}");
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{name}"
+            );
+        }
+        assert_ne!(lease_name("a"), lease_name("b"));
+    }
+
+    #[test]
+    fn epochs_match_the_pattern_and_differ() {
+        let a = new_epoch("x").expect("epoch");
+        let b = new_epoch("x").expect("epoch");
+        assert_ne!(a, b);
+        for e in [a, b] {
+            let hex = e.strip_prefix("v1-").expect("prefix");
+            assert_eq!(hex.len(), 32, "{e}");
+            assert!(
+                hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+                "{e}"
+            );
+        }
+    }
+}
