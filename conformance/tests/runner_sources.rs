@@ -37,16 +37,15 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Reference, client::Client as OciClient};
 use serde_json::{Value, json};
 
 use conformance::gitserve::{Endpoints, commit_files, create_repo, parse_env_file};
 use conformance::harness::{EXECUTOR_IMAGE_PINNED, Harness, OPERATOR_IMAGE_PINNED};
 use conformance::testkit::job::{pod_spec, secret_names};
 use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
-use conformance::testkit::oci::{Artifact, OCI_MANIFEST, key_pair, run_ok, sha256, sign_command};
+use conformance::testkit::oci::{
+    key_pair, key_policy, push_artifact, push_schema, run_ok, sha256, sign_command,
+};
 use conformance::testkit::wait::Patience;
 use operator::api::common::ConfigMapKeyRef;
 use operator::api::source::{
@@ -61,7 +60,7 @@ use operator::execution::job::{
 use operator::execution::source_policy::check_git_host;
 use operator::testing;
 use supplychain::manifest::{Limits, Manifest};
-use supplychain::oci::{SCHEMA_ARTIFACT_TYPE, SCHEMA_LAYER_TYPE};
+use supplychain::oci::SCHEMA_ARTIFACT_TYPE;
 use supplychain::snapshot::{self, SourceConfigMap};
 use supplychain::source_policy::{SourcePolicy, policy_digest};
 
@@ -509,43 +508,6 @@ async fn a_git_fetch_init_container_fetches_the_recorded_commit_and_refuses_a_wr
     Ok(())
 }
 
-/// Pushes one file as a Ptah schema artifact under `tagged`; answers the
-/// manifest digest.
-async fn push_schema(tagged: &str, schema: &[u8]) -> anyhow::Result<String> {
-    push_artifact(tagged, SCHEMA_ARTIFACT_TYPE, schema).await
-}
-
-/// Pushes one file as an artifact of `artifact_type`, in the shape of
-/// `ptah schema push`; answers the manifest digest.
-async fn push_artifact(tagged: &str, artifact_type: &str, schema: &[u8]) -> anyhow::Result<String> {
-    let packed = Artifact::new(artifact_type, SCHEMA_LAYER_TYPE, "schema.hcl", schema)
-        .annotation(
-            "org.opencontainers.image.source",
-            "https://git.example/acme/schemas",
-        )
-        .pack()?;
-    let client = OciClient::new(ClientConfig {
-        protocol: ClientProtocol::Http,
-        platform_resolver: None,
-        ..Default::default()
-    });
-    let reference: Reference = tagged.parse()?;
-    client
-        .store_auth_if_needed(reference.resolve_registry(), &RegistryAuth::Anonymous)
-        .await;
-    for (blob, digest) in packed.blobs {
-        client.push_blob(&reference, blob, &digest).await?;
-    }
-    client
-        .push_manifest_raw(
-            &reference,
-            packed.manifest,
-            http::HeaderValue::from_static(OCI_MANIFEST),
-        )
-        .await?;
-    Ok(packed.digest)
-}
-
 fn oci(reference: String, policy: Option<&str>) -> SourceInput {
     SourceInput::Oci(OciInput {
         reference,
@@ -737,18 +699,6 @@ async fn a_resolve_job_answers_the_digest_of_an_oci_tag() -> anyhow::Result<()> 
     }
     drop(scope);
     Ok(())
-}
-
-fn key_policy(public_pem: &str) -> String {
-    let pem: String = public_pem
-        .lines()
-        .map(|l| format!("        {l}\n"))
-        .collect();
-    format!(
-        "apiVersion: supplychain.ptah.run/v1alpha1\nkind: VerificationPolicy\n\
-         artifactTypes: [{SCHEMA_ARTIFACT_TYPE}]\nsignatures:\n  formats: [legacy]\n\
-         authorities:\n  - name: release\n    key:\n      pem: |\n{pem}"
-    )
 }
 
 #[tokio::test]

@@ -714,3 +714,247 @@ async fn manager_killed_after_the_job_uid_leaves_one_job() -> anyhow::Result<()>
 async fn manager_killed_after_the_outcome_leaves_one_job() -> anyhow::Result<()> {
     killed_after("after-outcome").await
 }
+
+#[tokio::test]
+async fn oci_source_is_resolved_verified_and_a_replaced_policy_is_read_at_once()
+-> anyhow::Result<()> {
+    use conformance::testkit::oci::{
+        Registry, key_pair, key_policy, push_schema, run_ok, sha256, sign_command,
+    };
+    let ns = namespace("oci").await?;
+    db_secret(&ns).await?;
+    let registry = Registry::from_harness(ns.harness())?;
+    let repository = format!("ptah-conformance/{}", ns.name());
+    let digest = push_schema(
+        &format!("{}/{repository}:v1", registry.host),
+        b"table \"orders\" { schema = schema.public }\n",
+    )
+    .await?;
+    let work = tempfile::tempdir()?;
+    let signer = key_pair(&registry.cosign, &work.path().join("signer"), "pw")?;
+    let other = key_pair(&registry.cosign, &work.path().join("other"), "pw")?;
+    run_ok(
+        "cosign sign",
+        &mut sign_command(
+            &registry.cosign,
+            work.path(),
+            &signer,
+            &format!("{}/{repository}@{digest}", registry.host),
+            true,
+            None,
+        ),
+    )?;
+    let policy = key_policy(&signer.public_pem);
+    ns.create::<ConfigMap>(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "verification"},
+        "data": {"policy.yaml": policy},
+    }))
+    .await?;
+    let source = json!({
+        "oci": {
+            "ociRef": format!("oci://{}/{repository}:v1", registry.host),
+            "transport": {"plainHTTP": true},
+        },
+        "verificationPolicyFrom": {"name": "verification", "key": "policy.yaml"},
+    });
+    ns.create::<PtahSchema>(schema("orders", source, "orders", "1h"))
+        .await?;
+    let manager = Manager::start(&ns, &ManagerSpec::default())?;
+
+    // Resolve pins the digest, Verify accepts the signer, Observe reads it.
+    let s = until(&ns, "orders", "the verified artifact", |s| {
+        s.status
+            .as_ref()
+            .and_then(|st| st.source.as_ref())
+            .is_some_and(|src| src.verification.is_some())
+    })
+    .await
+    .with_context(|| manager.log())?;
+    let st = s.status.as_ref().context("status")?;
+    let src = st.source.as_ref().context("source")?;
+    assert_eq!(src.content_digest, digest);
+    assert_eq!(
+        src.oci.as_ref().map(|o| o.digest.as_str()),
+        Some(digest.as_str())
+    );
+    let evidence = src.verification.as_ref().context("verification")?;
+    assert_eq!(evidence.policy.digest, sha256(policy.as_bytes()));
+    assert_eq!(evidence.authority.as_deref(), Some("release"));
+    let reason = |t: SchemaConditionType| {
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| c.reason)
+    };
+    assert_eq!(
+        reason(SchemaConditionType::ArtifactResolved),
+        Some(Reason::DigestPinned)
+    );
+    assert_eq!(
+        reason(SchemaConditionType::ArtifactVerified),
+        Some(Reason::PolicySatisfied)
+    );
+    until(
+        &ns,
+        "orders",
+        "the Observe claim on the pinned digest",
+        |s| {
+            s.status
+                .as_ref()
+                .and_then(|st| st.active_operation.as_ref())
+                .is_some_and(|c| {
+                    c.type_ == OperationType::Observe
+                        && c.source
+                            .as_ref()
+                            .and_then(|b| b.resolved_reference.as_deref())
+                            .is_some_and(|r| r.ends_with(&digest))
+                })
+        },
+    )
+    .await?;
+
+    // The policy replaced by one trusting another key: read at once, the
+    // artifact verified again, and refused — Blocked, naming the rule.
+    let patch = Patch::Merge(json!({"data": {"policy.yaml": key_policy(&other.public_pem)}}));
+    ns.api::<ConfigMap>()
+        .patch("verification", &PatchParams::default(), &patch)
+        .await?;
+    let s = until(&ns, "orders", "PolicyRefused", |s| {
+        phase(s) == Some(SchemaPhase::Blocked) && stalled_reason(s) == Some(Reason::PolicyRefused)
+    })
+    .await
+    .with_context(|| manager.log())?;
+    let verified = s
+        .status
+        .as_ref()
+        .and_then(|st| {
+            st.conditions
+                .iter()
+                .find(|c| c.type_ == SchemaConditionType::ArtifactVerified)
+        })
+        .context("ArtifactVerified")?;
+    assert_eq!(verified.reason, Reason::PolicyRefused);
+    assert!(
+        verified.message.contains("authorities[release]"),
+        "{}",
+        verified.message
+    );
+    one_job_per_attempt(&jobs(&ns).await?)?;
+    delete_all(&ns).await?;
+    drop(manager);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_git_host_the_source_policy_refuses_fails_before_any_job() -> anyhow::Result<()> {
+    let ns = namespace("githost").await?;
+    db_secret(&ns).await?;
+    let ep = endpoints(ns.harness());
+    ns.create::<ConfigMap>(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "sources"},
+        "data": {"policy.yaml": "version: 1\nrules:\n  - git:\n      hosts: [git.example.com]\n"},
+    }))
+    .await?;
+    let source = json!({
+        "git": {"url": format!("{}/any.git", ep.daemon_url), "ref": {"branch": "main"}},
+        "sourcePolicyFrom": {"name": "sources", "key": "policy.yaml"},
+    });
+    ns.create::<PtahSchema>(schema("orders", source, "orders", "1h"))
+        .await?;
+    let manager = Manager::start(&ns, &ManagerSpec::default())?;
+    let s = until(&ns, "orders", "SourcePolicyRefused", |s| {
+        phase(s) == Some(SchemaPhase::Failed)
+            && s.status.as_ref().is_some_and(|st| {
+                st.conditions.iter().any(|c| {
+                    c.type_ == SchemaConditionType::ReconciliationFailed
+                        && c.reason == Reason::SourcePolicyRefused
+                })
+            })
+    })
+    .await
+    .with_context(|| manager.log())?;
+    let message = s
+        .status
+        .as_ref()
+        .and_then(|st| {
+            st.conditions
+                .iter()
+                .find(|c| c.type_ == SchemaConditionType::ReconciliationFailed)
+        })
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("rules"),
+        "the refusal names the rule: {message}"
+    );
+    assert!(jobs(&ns).await?.is_empty(), "no Resolve Job was made");
+    delete_all(&ns).await?;
+    drop(manager);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_git_branch_is_read_again_at_its_interval() -> anyhow::Result<()> {
+    let ns = namespace("gitint").await?;
+    db_secret(&ns).await?;
+    let ep = endpoints(ns.harness());
+    let repo = unique("schemactl");
+    let bare = create_repo(&ep.root, &format!("{repo}.git"), false)?;
+    let first = commit_files(
+        &bare,
+        "main",
+        &[("schema.sql", "CREATE TABLE a (id int);")],
+        "one",
+    )?;
+    let source = json!({"git": {
+        "url": format!("{}/{repo}.git", ep.daemon_url),
+        "ref": {"branch": "main"},
+    }});
+    let mut manifest = schema("orders", source, "orders", "5s");
+    manifest["spec"]["interval"] = json!("10s");
+    ns.create::<PtahSchema>(manifest).await?;
+    let manager = Manager::start(&ns, &ManagerSpec::default())?;
+    let commit_of = |s: &PtahSchema| {
+        s.status
+            .as_ref()
+            .and_then(|st| st.source.as_ref())
+            .and_then(|src| src.git.as_ref())
+            .map(|g| g.commit.clone())
+    };
+    until(&ns, "orders", "the first commit", |s| {
+        commit_of(s).as_deref() == Some(first.as_str())
+    })
+    .await
+    .with_context(|| manager.log())?;
+    // A push the manager is not told about: only the interval's Resolve
+    // can see it.
+    let second = commit_files(
+        &bare,
+        "main",
+        &[("schema.sql", "CREATE TABLE b (id int);")],
+        "two",
+    )?;
+    let s = until(&ns, "orders", "the pushed commit", |s| {
+        commit_of(s).as_deref() == Some(second.as_str())
+    })
+    .await
+    .with_context(|| manager.log())?;
+    let resolves = jobs(&ns)
+        .await?
+        .into_iter()
+        .filter(|(_, _, name)| name.starts_with("ptah-resolve-"))
+        .count();
+    assert!(resolves >= 2, "a Resolve Job per read of the branch");
+    assert!(
+        s.status
+            .as_ref()
+            .and_then(|st| st.source.as_ref())
+            .is_some_and(|src| src.revision.contains(&second)),
+        "the revision names the new commit"
+    );
+    delete_all(&ns).await?;
+    drop(manager);
+    Ok(())
+}

@@ -287,7 +287,7 @@ fn remove_orphans(state_dir: &Path, memory_root: &Path, live: &HashSet<String>) 
     }
     if let Ok(entries) = std::fs::read_dir(memory_root) {
         for e in entries.flatten() {
-            if !live.contains(e.file_name().to_string_lossy().as_ref()) {
+            if !live.contains::<str>(&e.file_name().to_string_lossy()) {
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }

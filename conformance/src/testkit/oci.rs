@@ -286,3 +286,68 @@ pub fn verify_command(cosign_bin: &Path, work: &Path, public: &Path, reference: 
     .arg(reference);
     cmd
 }
+
+/// Pushes one file over plain HTTP as an artifact of `artifact_type`, in the
+/// shape of `ptah schema push` (one layer titled `schema.hcl`); answers the
+/// manifest digest.
+pub async fn push_artifact(
+    tagged: &str,
+    artifact_type: &str,
+    schema: &[u8],
+) -> anyhow::Result<String> {
+    use oci_client::client::{Client, ClientConfig, ClientProtocol};
+    let packed = Artifact::new(
+        artifact_type,
+        supplychain::oci::SCHEMA_LAYER_TYPE,
+        "schema.hcl",
+        schema,
+    )
+    .annotation(
+        "org.opencontainers.image.source",
+        "https://git.example/acme/schemas",
+    )
+    .pack()?;
+    let client = Client::new(ClientConfig {
+        protocol: ClientProtocol::Http,
+        platform_resolver: None,
+        ..Default::default()
+    });
+    let reference: oci_client::Reference = tagged.parse()?;
+    client
+        .store_auth_if_needed(
+            reference.resolve_registry(),
+            &oci_client::secrets::RegistryAuth::Anonymous,
+        )
+        .await;
+    for (blob, digest) in packed.blobs {
+        client.push_blob(&reference, blob, &digest).await?;
+    }
+    client
+        .push_manifest_raw(
+            &reference,
+            packed.manifest,
+            http::HeaderValue::from_static(OCI_MANIFEST),
+        )
+        .await?;
+    Ok(packed.digest)
+}
+
+/// Pushes a schema artifact; answers the manifest digest.
+pub async fn push_schema(tagged: &str, schema: &[u8]) -> anyhow::Result<String> {
+    push_artifact(tagged, supplychain::oci::SCHEMA_ARTIFACT_TYPE, schema).await
+}
+
+/// A verification policy trusting one key for schema artifacts, with legacy
+/// `.sig` signatures, under the authority `release`.
+pub fn key_policy(public_pem: &str) -> String {
+    let pem: String = public_pem
+        .lines()
+        .map(|l| format!("        {l}\n"))
+        .collect();
+    format!(
+        "apiVersion: supplychain.ptah.run/v1alpha1\nkind: VerificationPolicy\n\
+         artifactTypes: [{}]\nsignatures:\n  formats: [legacy]\n\
+         authorities:\n  - name: release\n    key:\n      pem: |\n{pem}",
+        supplychain::oci::SCHEMA_ARTIFACT_TYPE
+    )
+}

@@ -320,10 +320,20 @@ impl Pass<'_> {
             }
             _ => false,
         };
-        if policy_moved || content_moved {
+        // A Resolve or Verify under way reads the policy as it is now: its
+        // result decides, and status keeps the old binding until then.
+        let reading_source = st
+            .active_operation
+            .as_ref()
+            .is_some_and(|c| matches!(c.type_, OperationType::Resolve | OperationType::Verify));
+        if (policy_moved && !reading_source) || content_moved {
             obs.push(Observation::SourceChanged);
         }
-        if let (Some(p), Some(evidence)) = (&src.verification_policy_from, &recorded.verification) {
+        if let (Some(p), Some(evidence), false) = (
+            &src.verification_policy_from,
+            &recorded.verification,
+            reading_source,
+        ) {
             let current = inputs::policy(client, &self.ns, p)
                 .await
                 .ok()
