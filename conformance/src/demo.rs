@@ -135,6 +135,8 @@ pub async fn run(harness: &Harness) -> anyhow::Result<()> {
     }
     jobs.delete(&name, &DeleteParams::background()).await?;
 
+    operator(harness, &client).await?;
+
     step("the databases (credentials stay in the harness's secrets directory)");
     let pg = url_parts(&std::fs::read_to_string(
         harness.secret_file("postgres.url"),
@@ -186,8 +188,182 @@ pub async fn run(harness: &Harness) -> anyhow::Result<()> {
         harness.env_file().display()
     );
     println!("  kubectl get nodes,pods -A");
+    println!("  kubectl get ptah -n {NAMESPACE}   # the operator's resources");
     println!("  target/debug/ptah-harness down   # stops everything, by pid");
     Ok(())
+}
+
+/// The operator on the harness: a PtahSchema whose schema is a ConfigMap,
+/// driven by a real manager process as far as the harness goes without the
+/// Ptah executor (docs/executor.md).
+async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()> {
+    use crate::testkit::manager::{Manager, ManagerSpec};
+    use kube::api::{Patch, PatchParams};
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+
+    step("the operator: a PtahSchema whose declared schema is a ConfigMap");
+    let apply = PatchParams::apply("ptah-harness-demo").force();
+    let url = std::fs::read_to_string(harness.secret_file("postgres.url"))?;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), NAMESPACE);
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "orders-db"},
+        "stringData": {"url": url.trim()},
+    });
+    secrets
+        .patch("orders-db", &apply, &Patch::Apply(&secret))
+        .await?;
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), NAMESPACE);
+    let cm = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "orders-schema"},
+        "data": {"schema.sql": "CREATE TABLE public.orders (id bigint PRIMARY KEY);\n"},
+    });
+    config_maps
+        .patch("orders-schema", &apply, &Patch::Apply(&cm))
+        .await?;
+    crate::crds::install(client).await?;
+    let gvk = GroupVersionKind::gvk("operator.ptah.run", "v1alpha1", "PtahSchema");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "ptahschemas");
+    let schemas: Api<DynamicObject> = Api::namespaced_with(client.clone(), NAMESPACE, &resource);
+    // A demo run before this one may have left its schema: start afresh.
+    if schemas.get_opt("orders").await?.is_some() {
+        let unfinalized = serde_json::json!({"metadata": {"finalizers": null}});
+        schemas
+            .patch(
+                "orders",
+                &PatchParams::default(),
+                &Patch::Merge(&unfinalized),
+            )
+            .await?;
+        schemas.delete("orders", &DeleteParams::default()).await?;
+        wait_gone(&schemas, "orders").await?;
+    }
+    let schema = serde_json::json!({
+        "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
+        "metadata": {"name": "orders"},
+        "spec": {
+            "target": {
+                "engine": "PostgreSQL",
+                "urlFrom": {"name": "orders-db", "key": "url"},
+                "coordinationKey": "orders-primary",
+            },
+            "source": {"configMap": {"name": "orders-schema", "keys": ["schema.sql"]}},
+            "policy": {"apply": "OnApproval"},
+            "execution": {"failureRetryInterval": "1h"},
+        },
+    });
+    schemas
+        .patch("orders", &apply, &Patch::Apply(&schema))
+        .await?;
+    println!("  applied secret/orders-db, configmap/orders-schema, ptahschema/orders");
+    let manager = Manager::start_in(harness, NAMESPACE, &ManagerSpec::default())?;
+    println!(
+        "  started ptah-operator (log: {})",
+        manager.log_path().display()
+    );
+
+    // The manager snapshots the ConfigMap, claims Observe, creates its one
+    // Job; the runner delivers its result to the manager's receiver.
+    let observed = tokio::time::timeout(Duration::from_secs(90), async {
+        loop {
+            let s = schemas.get("orders").await?;
+            let failed = s.data["status"]["journal"]
+                .as_array()
+                .is_some_and(|j| j.iter().any(|e| e["type"] == "OperationFailed"));
+            if failed {
+                return anyhow::Ok(s);
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await
+    .with_context(|| {
+        format!(
+            "the Observe read did not end within 90s; see {}",
+            manager.log_path().display()
+        )
+    })??;
+
+    println!("  the path the machine took (from the manager's log):");
+    let mut last = String::new();
+    for line in manager.log().lines() {
+        if let Some(job) = line.split("job=").nth(1) {
+            println!(
+                "    {:<60}    created job/{}",
+                "",
+                job.split_whitespace().next().unwrap_or_default()
+            );
+            continue;
+        }
+        let Some(obs) = line.split("observation=").nth(1) else {
+            continue;
+        };
+        let phase = obs.rsplit("phase=").next().unwrap_or_default().trim();
+        let phase = phase
+            .strip_prefix("Some(")
+            .and_then(|p| p.strip_suffix(')'))
+            .unwrap_or("(no phase yet)");
+        let what = obs.split(" phase=").next().unwrap_or_default();
+        let what: String = what.chars().take(60).collect();
+        if phase != last && !what.starts_with("Realm(Ok)") {
+            println!("    {what:<60} -> {phase}");
+            last = phase.to_string();
+        }
+    }
+    let st = &observed.data["status"];
+    println!(
+        "  status.phase:            {}",
+        st["phase"].as_str().unwrap_or("-")
+    );
+    println!(
+        "  status.source.revision:  {}",
+        st["source"]["revision"].as_str().unwrap_or("-")
+    );
+    println!(
+        "  the snapshot:            configmap/{}",
+        st["source"]["configMap"]["snapshotName"]
+            .as_str()
+            .unwrap_or("-")
+    );
+    for c in st["conditions"].as_array().into_iter().flatten() {
+        println!(
+            "  condition {:<21} {:<5} {}  {}",
+            c["type"].as_str().unwrap_or_default(),
+            c["status"].as_str().unwrap_or_default(),
+            c["reason"].as_str().unwrap_or_default(),
+            c["message"].as_str().unwrap_or_default()
+        );
+    }
+    for e in st["journal"].as_array().into_iter().flatten() {
+        println!(
+            "  journal {} {} {} job/{}",
+            e["time"].as_str().unwrap_or_default(),
+            e["type"].as_str().unwrap_or_default(),
+            e["reason"].as_str().unwrap_or_default(),
+            e["jobName"].as_str().unwrap_or_default()
+        );
+    }
+    println!("  (the Observe read needs the Ptah executor, which this machine cannot fetch)");
+
+    // Deleted while the manager runs, so it lets its finalizer go.
+    schemas.delete("orders", &DeleteParams::default()).await?;
+    wait_gone(&schemas, "orders").await?;
+    drop(manager);
+    Ok(())
+}
+
+async fn wait_gone(api: &Api<kube::core::DynamicObject>, name: &str) -> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while api.get_opt(name).await?.is_some() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        anyhow::Ok(())
+    })
+    .await
+    .with_context(|| format!("{name} was not deleted within 60s"))?
 }
 
 struct UrlParts {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use super::namespace::TestNamespace;
-use crate::harness::{EXECUTOR_IMAGE_PINNED, OPERATOR_IMAGE_PINNED};
+use crate::harness::{EXECUTOR_IMAGE_PINNED, Harness, OPERATOR_IMAGE_PINNED};
 
 /// A running manager; killed when dropped.
 pub struct Manager {
@@ -42,7 +42,11 @@ pub fn free_port() -> anyhow::Result<u16> {
 impl Manager {
     /// Starts a manager watching `ns` only, with its Leases in `ns` too.
     pub fn start(ns: &TestNamespace, spec: &ManagerSpec) -> anyhow::Result<Manager> {
-        let harness = ns.harness();
+        Manager::start_in(ns.harness(), ns.name(), spec)
+    }
+
+    /// Starts a manager watching the namespace `ns` of `harness` only.
+    pub fn start_in(harness: &Harness, ns: &str, spec: &ManagerSpec) -> anyhow::Result<Manager> {
         let exe = harness.target_dir.join("ptah-operator");
         anyhow::ensure!(
             exe.exists(),
@@ -51,7 +55,7 @@ impl Manager {
         );
         let dir = harness.state.join("managers");
         std::fs::create_dir_all(&dir)?;
-        let log = dir.join(format!("{}-{}.log", ns.name(), super::unique("m")));
+        let log = dir.join(format!("{}-{}.log", ns, super::unique("m")));
         let out = std::fs::File::create(&log)?;
         let mut cmd = Command::new(&exe);
         cmd.env("KUBECONFIG", harness.kubeconfig())
@@ -59,17 +63,17 @@ impl Manager {
             .arg(format!("--listen=127.0.0.1:{}", spec.port.unwrap_or(0)))
             .arg(format!(
                 "--token-key-file={}",
-                dir.join(format!("{}.key", ns.name())).display()
+                dir.join(format!("{}.key", ns)).display()
             ))
             .arg(format!(
                 "--tls-dir={}",
-                dir.join(format!("{}-tls", ns.name())).display()
+                dir.join(format!("{}-tls", ns)).display()
             ))
             .arg(format!("--runner-image={OPERATOR_IMAGE_PINNED}"))
             .arg(format!("--executor-image={EXECUTOR_IMAGE_PINNED}"))
-            .arg(format!("--coordination-namespace={}", ns.name()))
-            .arg(format!("--watch-namespace={}", ns.name()))
-            .arg(format!("--holder=test-{}", ns.name()))
+            .arg(format!("--coordination-namespace={}", ns))
+            .arg(format!("--watch-namespace={}", ns))
+            .arg(format!("--holder=test-{}", ns))
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out);
@@ -83,6 +87,11 @@ impl Manager {
             .spawn()
             .with_context(|| format!("starting {}", exe.display()))?;
         Ok(Manager { child, log })
+    }
+
+    /// Where the manager writes its log.
+    pub fn log_path(&self) -> &std::path::Path {
+        &self.log
     }
 
     /// What the manager wrote so far.
