@@ -35,12 +35,10 @@ use kube::{Client, ResourceExt};
 use crate::api::realm::PtahRealm;
 use crate::api::schema::PtahSchema;
 use crate::api::status::ExecutionBinding;
-use crate::execution::job::{Images, LABEL_MANAGED_BY};
+use crate::execution::job::{Images, LABEL_MANAGED_BY, MANAGED_BY};
 use crate::execution::lease::Leases;
 use crate::execution::receiver::TokenKey;
 
-/// The value of `app.kubernetes.io/managed-by` on everything the manager makes.
-pub const MANAGER: &str = "ptah-operator";
 
 /// A place in the dispatch protocol where a test can stop the manager, right
 /// after the durable write that precedes it (`--fault-point`, test-only).
@@ -114,7 +112,7 @@ impl Context {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
-                controller: MANAGER.into(),
+                controller: MANAGED_BY.into(),
                 instance: Some(config.holder.clone()),
             },
         );
@@ -190,7 +188,7 @@ pub async fn run(ctx: Arc<Context>) {
     controller
         .owns(
             api::<Job>(&client, ns),
-            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}")),
+            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")),
         )
         .watches(
             api::<ConfigMap>(&client, ns),

@@ -758,7 +758,7 @@ impl Pass<'_> {
         let name = cm.name_any();
         api.patch(
             &name,
-            &PatchParams::apply(super::MANAGER).force(),
+            &PatchParams::apply(crate::execution::job::MANAGED_BY).force(),
             &Patch::Apply(&cm),
         )
         .await
