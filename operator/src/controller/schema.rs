@@ -825,54 +825,58 @@ impl Pass<'_> {
             .list(&ListParams::default())
             .await
             .map_err(kube_err("listing PtahSchemaApprovals"))?;
-        for mut a in list
+        let message = format!("plan {plan} is no longer current; it authorizes nothing");
+        for a in list
             .items
             .into_iter()
             .filter(|a| a.spec.plan_ref.name == plan)
         {
-            let name = a.name_any();
-            let generation = a.metadata.generation;
-            let st = a.status.get_or_insert_with(Default::default);
-            conditions::set(
-                &mut st.conditions,
-                ApprovalConditionType::Stale,
-                ConditionStatus::True,
-                reason,
-                format!("plan {plan} is no longer current; it authorizes nothing"),
-                generation,
-                &now(),
-            );
-            api.replace_status(&name, &PostParams::default(), &a)
-                .await
-                .map_err(kube_err(format!("marking PtahSchemaApproval {name} stale")))?;
+            self.mark_approval(&api, a, ApprovalConditionType::Stale, reason, &message)
+                .await?;
         }
         Ok(())
     }
 
     async fn spend_approval(&self, name: &str, uid: &str) -> Result<(), Error> {
         let api: Api<PtahSchemaApproval> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        let Some(mut a) = api
+        let found = api
             .get_opt(name)
             .await
             .map_err(kube_err(format!("reading PtahSchemaApproval {name}")))?
-            .filter(|a| a.metadata.uid.as_deref() == Some(uid))
-        else {
-            return Ok(());
-        };
+            .filter(|a| a.metadata.uid.as_deref() == Some(uid));
+        if let Some(a) = found {
+            let (t, r) = (ApprovalConditionType::Consumed, Reason::DispatchCommitted);
+            self.mark_approval(&api, a, t, r, "").await?;
+        }
+        Ok(())
+    }
+
+    /// Sets one condition of an approval through its status.
+    async fn mark_approval(
+        &self,
+        api: &Api<PtahSchemaApproval>,
+        mut a: PtahSchemaApproval,
+        type_: ApprovalConditionType,
+        reason: Reason,
+        message: &str,
+    ) -> Result<(), Error> {
+        let name = a.name_any();
         let generation = a.metadata.generation;
         let st = a.status.get_or_insert_with(Default::default);
         conditions::set(
             &mut st.conditions,
-            ApprovalConditionType::Consumed,
+            type_,
             ConditionStatus::True,
-            Reason::DispatchCommitted,
-            "",
+            reason,
+            message,
             generation,
             &now(),
         );
-        api.replace_status(name, &PostParams::default(), &a)
+        api.replace_status(&name, &PostParams::default(), &a)
             .await
-            .map_err(kube_err(format!("marking PtahSchemaApproval {name} spent")))?;
+            .map_err(kube_err(format!(
+                "marking PtahSchemaApproval {name} {type_:?}"
+            )))?;
         Ok(())
     }
 
