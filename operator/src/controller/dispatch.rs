@@ -7,8 +7,8 @@ use crate::api::schema::PtahSchema;
 use crate::api::source::SourceKind;
 use crate::api::status::{ActiveOperation, OperationType};
 use crate::execution::job::{
-    ClaimInput, GitInput, JobInput, OciInput, Owner, OwnerKind, ResultDelivery, SourceInput,
-    TargetInput,
+    ApplyInput, ClaimInput, GitInput, JobInput, OciInput, Owner, OwnerKind, ResultDelivery,
+    SourceInput, TargetInput,
 };
 use crate::execution::receiver::{RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY, token_secret_name};
 
@@ -72,8 +72,7 @@ pub fn job_input(
             lock_timeout: spec.policy.lock_timeout.clone(),
         },
         source: source_input(schema, claim)?,
-        // Apply reads its plan from the receiver: it arrives with plans.
-        apply: None,
+        apply: apply_input(schema, claim)?,
         images: config.images.clone(),
         result: ResultDelivery {
             receiver_url: config.receiver_url.clone(),
@@ -84,6 +83,37 @@ pub fn job_input(
             }),
         },
     })
+}
+
+/// What an Apply runs: the plan its claim names, whose bytes the runner
+/// fetches and checks against the content digest before Ptah sees them.
+fn apply_input(
+    schema: &PtahSchema,
+    claim: &ActiveOperation,
+) -> Result<Option<ApplyInput>, NotBuildable> {
+    if claim.type_ != OperationType::Apply {
+        return Ok(None);
+    }
+    let plan = schema
+        .status
+        .as_ref()
+        .and_then(|s| s.plan.as_ref())
+        .filter(|p| Some(&p.name) == claim.plan_name.as_ref())
+        .ok_or_else(|| {
+            missing(
+                "status.plan",
+                "the plan the Apply claim names is not current",
+            )
+        })?;
+    Ok(Some(ApplyInput::Schema {
+        plan_name: plan.name.clone(),
+        plan_fingerprint: plan.fingerprint.clone(),
+        content_digest: plan
+            .content_digest
+            .clone()
+            .ok_or_else(|| missing("status.plan.contentDigest", "not recorded"))?,
+        transaction_mode: schema.spec.policy.transaction_mode,
+    }))
 }
 
 /// What the operation reads: the spec for Resolve, the claim's binding for
@@ -174,4 +204,132 @@ fn source_input(schema: &PtahSchema, claim: &ActiveOperation) -> Result<SourceIn
 /// The label selector of a schema's Jobs.
 pub fn jobs_of(schema_name: &str) -> String {
     format!("{SCHEMA_LABEL}={schema_name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::status::SourceBinding;
+    use crate::execution::job::Images;
+
+    fn config() -> Config {
+        Config {
+            images: Images {
+                runner: "r@sha256:1".into(),
+                executor: "e@sha256:2".into(),
+            },
+            receiver_url: "https://127.0.0.1:9443/v1/results".into(),
+            coordination_namespace: "ptah-system".into(),
+            holder: "test".into(),
+            lease_duration_seconds: 15,
+            execution: crate::api::status::ExecutionBinding {
+                epoch: format!("v1-{}", "0".repeat(32)),
+                controller_state_version: 1,
+                ptah_version: "v0.23.0".into(),
+                executor_image: "e@sha256:2".into(),
+                runner_protocol_version: 1,
+            },
+            harvested_ttl_seconds: 300,
+            fault_point: None,
+            watch_namespace: None,
+        }
+    }
+
+    fn schema(source: serde_json::Value) -> PtahSchema {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
+            "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1", "generation": 3},
+            "spec": {
+                "target": {"engine": "PostgreSQL", "urlFrom": {"name": "db", "key": "url"}, "coordinationKey": "k"},
+                "source": source,
+            },
+        }))
+        .expect("a valid schema")
+    }
+
+    fn claim(op: OperationType, source: Option<SourceBinding>) -> ActiveOperation {
+        serde_json::from_value::<ActiveOperation>(serde_json::json!({
+            "type": op,
+            "operationID": format!("sha256:{}", "a".repeat(64)),
+            "inputFingerprint": format!("sha256:{}", "b".repeat(64)),
+            "jobName": "ptah-observe-orders-aaaaaaaaaaaaaaaa",
+            "attempt": 1,
+            "startedAt": "2026-11-30T00:00:00Z",
+        }))
+        .map(|mut c| {
+            c.source = source;
+            c
+        })
+        .expect("a valid claim")
+    }
+
+    fn binding(snapshot: Option<&str>) -> SourceBinding {
+        SourceBinding {
+            kind: SourceKind::ConfigMap,
+            content_digest: format!("sha256:{}", "c".repeat(64)),
+            config_map_uid: Some("cm-uid".into()),
+            snapshot_name: snapshot.map(str::to_string),
+            location_digest: None,
+            commit: None,
+            resolved_reference: None,
+            source_policy_uid: None,
+            source_policy_digest: None,
+            verification_policy_uid: None,
+            verification_policy_digest: None,
+            signer_evidence_digest: None,
+        }
+    }
+
+    #[test]
+    fn a_configmap_operation_mounts_the_bound_snapshot() {
+        let s = schema(serde_json::json!({"configMap": {"name": "schema"}}));
+        let c = claim(OperationType::Observe, Some(binding(Some("ptah-src-1"))));
+        let input = job_input(&s, &c, &config()).expect("buildable");
+        assert_eq!(
+            input.source,
+            SourceInput::ConfigMap {
+                snapshot_name: "ptah-src-1".into(),
+                content_digest: binding(None).content_digest
+            }
+        );
+        assert_eq!(
+            input.result.token_secret_name,
+            token_secret_name("ptah-observe-orders-aaaaaaaaaaaaaaaa")
+        );
+        assert_eq!(input.owner.generation, 3);
+        assert!(input.apply.is_none());
+    }
+
+    #[test]
+    fn a_missing_binding_names_the_field() {
+        let s = schema(serde_json::json!({"configMap": {"name": "schema"}}));
+        let err = job_input(
+            &s,
+            &claim(OperationType::Observe, Some(binding(None))),
+            &config(),
+        )
+        .expect_err("no snapshot");
+        assert_eq!(err.field, "status.activeOperation.source.snapshotName");
+        let oci = schema(serde_json::json!({"oci": {"ociRef": "oci://r.example/a/b:v1"}}));
+        let err = job_input(&oci, &claim(OperationType::Verify, None), &config())
+            .expect_err("no pinned digest");
+        assert_eq!(err.field, "status.activeOperation.source.resolvedReference");
+    }
+
+    #[test]
+    fn resolve_reads_the_spec_and_an_apply_needs_the_current_plan() {
+        let git = schema(
+            serde_json::json!({"git": {"url": "https://git.example/a.git", "ref": {"branch": "main"}}}),
+        );
+        let input =
+            job_input(&git, &claim(OperationType::Resolve, None), &config()).expect("buildable");
+        let SourceInput::Git(g) = input.source else {
+            panic!("a Git source");
+        };
+        assert_eq!((g.commit, g.content_digest), (None, None));
+        let cm = schema(serde_json::json!({"configMap": {"name": "schema"}}));
+        let apply = claim(OperationType::Apply, Some(binding(Some("ptah-src-1"))));
+        let err = job_input(&cm, &apply, &config()).expect_err("no current plan");
+        assert_eq!(err.field, "status.plan");
+    }
 }

@@ -9,13 +9,15 @@ use supplychain::verification::{Signer, VerifiedEvidence};
 use supplychain::{contract, git, oci};
 
 use crate::api::condition::Reason;
+use crate::api::schema::TargetStatus;
 use crate::api::source::{
     GitResolution, OciResolution, PolicyBinding, SignerIdentity, SourceKind, SourceStatus,
     VerificationEvidence,
 };
 use crate::api::status::OperationType;
 use crate::execution::job::OPERATION_CONTAINER;
-use crate::lifecycle::schema::Observation;
+use crate::lifecycle::schema::{Observation, PlanVerdict};
+use crate::runner::database::{DriftSummary, MAX_FINDINGS, PlanOutcome};
 use crate::runner::{Outcome, ResultDocument, StepOutput};
 
 /// Whether the Job ended: a `Complete` or `Failed` condition.
@@ -39,8 +41,47 @@ pub struct Bindings {
     pub verification_policy: Option<PolicyBinding>,
 }
 
-/// The observation a stored result gives for an operation.
+/// What a stored result asks of the controller.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one short-lived value per harvested Job"
+)]
+pub enum Harvest {
+    /// Step the machine with this.
+    Observed(Observation),
+    /// A plan with changes: publish its bytes, then step
+    /// [`Observation::Planned`] with what was published.
+    Publish(Box<PlanOutcome>),
+}
+
+/// What a stored result gives for the claim's operation. `claimed_target`
+/// is the database the claim is bound to (a Plan's, from its Observe).
 pub fn from_result(
+    op: OperationType,
+    doc: &ResultDocument,
+    job_uid: Option<String>,
+    claimed_target: Option<&str>,
+    bindings: &Bindings,
+    now: &Time,
+) -> Harvest {
+    if let (OperationType::Plan, Outcome::Succeeded, Some(StepOutput::Planned { plan })) =
+        (op, doc.outcome, doc.result.as_ref())
+    {
+        return Harvest::Observed(match (claimed_target, &plan.change) {
+            (Some(t), _) if t != plan.target_identity_digest => {
+                Observation::Planned(PlanVerdict::TargetMoved)
+            }
+            (_, None) => Observation::Planned(PlanVerdict::NoChange {
+                target_identity_digest: Some(plan.target_identity_digest.clone()),
+            }),
+            (_, Some(_)) => return Harvest::Publish(Box::new(plan.clone())),
+        });
+    }
+    Harvest::Observed(observation(op, doc, job_uid, bindings, now))
+}
+
+fn observation(
     op: OperationType,
     doc: &ResultDocument,
     job_uid: Option<String>,
@@ -96,6 +137,11 @@ pub fn from_result(
         (OperationType::Verify, Outcome::Refused, _) => {
             Observation::VerificationRefused { message: message() }
         }
+        (
+            OperationType::Observe,
+            Outcome::Succeeded,
+            Some(StepOutput::DriftObserved { report }),
+        ) => Observation::DriftObserved(target_status(report, now)),
         (_, _, _) => job_failed(Reason::OperationFailed, message()),
     }
 }
@@ -161,6 +207,26 @@ fn termination_message(job: &Job, pod: Option<&Pod>) -> String {
             })
             .unwrap_or_else(|| "the Job ended without a result".into())
     })
+}
+
+/// The observed database as status holds it: the engine and coordination
+/// identity are the controller's to fill.
+fn target_status(r: &DriftSummary, now: &Time) -> TargetStatus {
+    let mut findings = r.findings.clone();
+    let truncated = r.truncated || findings.len() > MAX_FINDINGS;
+    findings.truncate(MAX_FINDINGS);
+    TargetStatus {
+        engine: None,
+        coordination_digest: None,
+        identity_digest: Some(r.target_identity_digest.clone()),
+        drift_report_digest: Some(r.report_digest.clone()),
+        dialect: r.dialect.clone(),
+        last_observed_at: Some(now.clone()),
+        drift_finding_count: Some(r.finding_count),
+        highest_drift_severity: r.highest_severity,
+        drift_findings: findings,
+        drift_findings_truncated: truncated,
+    }
 }
 
 fn git_status(
@@ -250,5 +316,269 @@ fn verification(e: &VerifiedEvidence, policy: &PolicyBinding, now: &Time) -> Ver
         signature_digest: first.map(|s| s.signature_digest.clone()),
         transparency_log_verified: first.map(|s| s.transparency_log),
         verified_at: Some(now.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::schema::{DriftCategory, DriftFinding, DriftSeverity};
+    use crate::runner::database::{ApplyReport, PlannedChange};
+    use crate::runner::{ErrorDoc, RESULT_API_VERSION};
+
+    fn now() -> Time {
+        Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+    }
+
+    fn doc(outcome: Outcome, result: Option<StepOutput>, error: Option<&str>) -> ResultDocument {
+        ResultDocument {
+            api_version: RESULT_API_VERSION.into(),
+            kind: "StepResult".into(),
+            step: "test".into(),
+            operation: None,
+            outcome,
+            started_at: "2026-11-30T00:00:00Z".into(),
+            finished_at: "2026-11-30T00:00:01Z".into(),
+            result,
+            error: error.map(|m| ErrorDoc {
+                rule: None,
+                file: None,
+                message: m.into(),
+            }),
+        }
+    }
+
+    fn observed(h: Harvest) -> Observation {
+        match h {
+            Harvest::Observed(o) => o,
+            Harvest::Publish(p) => panic!("expected an observation, got a plan to publish: {p:?}"),
+        }
+    }
+
+    fn plan(target: &str, change: Option<PlannedChange>) -> StepOutput {
+        StepOutput::Planned {
+            plan: PlanOutcome {
+                target_identity_digest: target.into(),
+                dialect: "postgres".into(),
+                actual_state_fingerprint: "sha256:aa".into(),
+                desired_state_fingerprint: "sha256:bb".into(),
+                change,
+            },
+        }
+    }
+
+    fn change() -> PlannedChange {
+        PlannedChange {
+            plan: "CREATE TABLE t (id int);".into(),
+            content_digest: "sha256:cc".into(),
+            statement_count: 1,
+            destructive: false,
+            privilege_changes: Vec::new(),
+            tables: vec!["public.t".into()],
+        }
+    }
+
+    #[test]
+    fn every_end_of_an_apply_is_an_apply_ended_never_a_failure() {
+        let b = Bindings::default();
+        let ok = doc(
+            Outcome::Succeeded,
+            Some(StepOutput::Applied {
+                report: ApplyReport {
+                    target_identity_digest: "sha256:t".into(),
+                    statements_executed: 1,
+                },
+            }),
+            None,
+        );
+        let failed = doc(Outcome::Failed, None, Some("boom"));
+        for (d, success) in [(ok, true), (failed, false)] {
+            let o = observed(from_result(
+                OperationType::Apply,
+                &d,
+                Some("uid".into()),
+                None,
+                &b,
+                &now(),
+            ));
+            assert_eq!(
+                o,
+                Observation::ApplyEnded {
+                    reported_success: success,
+                    job_uid: Some("uid".into())
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_resolve_refusal_is_a_source_refusal_and_a_failure_a_failed_read() {
+        let b = Bindings::default();
+        let refused = doc(Outcome::Refused, None, Some("rules[0] (git.hosts): no"));
+        assert!(matches!(
+            observed(from_result(OperationType::Resolve, &refused, None, None, &b, &now())),
+            Observation::SourceRefused { message } if message.contains("rules[0]")
+        ));
+        let failed = doc(Outcome::Failed, None, Some("connection refused"));
+        assert!(matches!(
+            observed(from_result(
+                OperationType::Resolve,
+                &failed,
+                None,
+                None,
+                &b,
+                &now()
+            )),
+            Observation::JobFailed {
+                reason: Reason::ResolveFailed,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn an_observe_result_keeps_only_bounded_aggregates() {
+        let findings: Vec<DriftFinding> = (0..70)
+            .map(|i| DriftFinding {
+                category: DriftCategory::TablesAdded,
+                count: i + 1,
+                severity: DriftSeverity::Safe,
+            })
+            .collect();
+        let d = doc(
+            Outcome::Succeeded,
+            Some(StepOutput::DriftObserved {
+                report: DriftSummary {
+                    report_digest: "sha256:r".into(),
+                    drift: true,
+                    dialect: Some("postgres".into()),
+                    finding_count: 2485,
+                    highest_severity: Some(DriftSeverity::Safe),
+                    findings,
+                    truncated: false,
+                    target_identity_digest: "sha256:t".into(),
+                },
+            }),
+            None,
+        );
+        let Observation::DriftObserved(t) = observed(from_result(
+            OperationType::Observe,
+            &d,
+            None,
+            None,
+            &Bindings::default(),
+            &now(),
+        )) else {
+            panic!("expected DriftObserved");
+        };
+        assert_eq!(t.drift_findings.len(), MAX_FINDINGS);
+        assert!(t.drift_findings_truncated);
+        assert_eq!(t.identity_digest.as_deref(), Some("sha256:t"));
+        assert_eq!(t.drift_report_digest.as_deref(), Some("sha256:r"));
+        assert_eq!(t.drift_finding_count, Some(2485));
+    }
+
+    #[test]
+    fn a_plan_is_no_change_a_publication_or_a_moved_target() {
+        let b = Bindings::default();
+        let none = doc(Outcome::Succeeded, Some(plan("sha256:t", None)), None);
+        assert_eq!(
+            observed(from_result(
+                OperationType::Plan,
+                &none,
+                None,
+                Some("sha256:t"),
+                &b,
+                &now()
+            )),
+            Observation::Planned(PlanVerdict::NoChange {
+                target_identity_digest: Some("sha256:t".into())
+            })
+        );
+        let changes = doc(
+            Outcome::Succeeded,
+            Some(plan("sha256:t", Some(change()))),
+            None,
+        );
+        assert!(matches!(
+            from_result(
+                OperationType::Plan,
+                &changes,
+                None,
+                Some("sha256:t"),
+                &b,
+                &now()
+            ),
+            Harvest::Publish(_)
+        ));
+        // Planned against another database than its Observe read.
+        assert_eq!(
+            observed(from_result(
+                OperationType::Plan,
+                &changes,
+                None,
+                Some("sha256:other"),
+                &b,
+                &now()
+            )),
+            Observation::Planned(PlanVerdict::TargetMoved)
+        );
+        let failed = doc(Outcome::Failed, None, Some("lock timeout"));
+        assert!(matches!(
+            observed(from_result(
+                OperationType::Plan,
+                &failed,
+                None,
+                None,
+                &b,
+                &now()
+            )),
+            Observation::JobFailed {
+                reason: Reason::OperationFailed,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_verification_under_a_policy_no_longer_named_is_a_policy_change() {
+        let evidence = VerifiedEvidence {
+            policy_digest: "sha256:old".into(),
+            artifact_digest: "sha256:a".into(),
+            artifact_type: "t".into(),
+            signatures: Vec::new(),
+        };
+        let d = doc(
+            Outcome::Succeeded,
+            Some(StepOutput::OciVerified {
+                reference: "oci://r/x@sha256:a".into(),
+                evidence,
+            }),
+            None,
+        );
+        let binding = |digest: &str| Bindings {
+            source_policy: None,
+            verification_policy: Some(PolicyBinding {
+                name: "p".into(),
+                key: "policy.yaml".into(),
+                uid: "u".into(),
+                digest: digest.into(),
+            }),
+        };
+        assert_eq!(
+            observed(from_result(
+                OperationType::Verify,
+                &d,
+                None,
+                None,
+                &binding("sha256:new"),
+                &now()
+            )),
+            Observation::VerificationPolicyChanged
+        );
+        assert!(matches!(
+            observed(from_result(OperationType::Verify, &d, None, None, &binding("sha256:old"), &now())),
+            Observation::VerificationSatisfied(e) if e.policy.digest == "sha256:old"
+        ));
     }
 }

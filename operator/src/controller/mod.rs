@@ -39,7 +39,6 @@ use crate::execution::job::{Images, LABEL_MANAGED_BY, MANAGED_BY};
 use crate::execution::lease::Leases;
 use crate::execution::receiver::TokenKey;
 
-
 /// A place in the dispatch protocol where a test can stop the manager, right
 /// after the durable write that precedes it (`--fault-point`, test-only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -153,6 +152,9 @@ pub enum Error {
     /// Reading or deleting a stored result failed.
     #[error(transparent)]
     Receiver(#[from] crate::execution::receiver::ReceiverError),
+    /// A plan could not be stored for a moment.
+    #[error(transparent)]
+    Plan(#[from] crate::execution::plan::PlanError),
     /// The resource has no UID or namespace: it was never stored.
     #[error("PtahSchema {0} has no UID: it was never stored")]
     NotStored(String),

@@ -14,7 +14,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
-use super::harvest::{self, Bindings};
+use super::harvest::{self, Bindings, Harvest};
 use super::{Context, Error, FaultPoint, dispatch, inputs, kube_err};
 use crate::api::annotations::{SCHEMA_FINALIZER, SETTLED_APPLY};
 use crate::api::approval::PtahSchemaApproval;
@@ -28,11 +28,15 @@ use crate::api::source::SourceKind;
 use crate::api::status::{ActiveOperation, Authorization, OperationType, PendingLockRelease};
 use crate::execution::job::{ClaimInput, build_job, is_job_of_claim};
 use crate::execution::lease::Acquired;
+use crate::execution::plan;
 use crate::execution::receiver::{self, receiver_ca_config_map, token_secret};
 use crate::execution::snapshot::{self, ResolveError};
 use crate::lifecycle::conditions;
 use crate::lifecycle::realm;
-use crate::lifecycle::schema::{ApprovalSeen, Effect, Observation, engine_supported, step};
+use crate::lifecycle::schema::{
+    ApprovalSeen, Effect, Observation, PlanVerdict, engine_supported, step,
+};
+use crate::runner::database::PlanOutcome;
 
 /// How many steps one pass takes at most; the rest waits for the next pass.
 const MAX_STEPS: usize = 24;
@@ -61,6 +65,7 @@ pub async fn reconcile(obj: Arc<PtahSchema>, ctx: Arc<Context>) -> Result<Action
         obj: current,
         requeue_at: None,
         harvested: false,
+        plans_moved: false,
         snapshot_taken: false,
     };
     pass.run().await
@@ -74,6 +79,8 @@ struct Pass<'a> {
     requeue_at: Option<Timestamp>,
     /// This pass read a Job's outcome.
     harvested: bool,
+    /// This pass published or retired a plan.
+    plans_moved: bool,
     snapshot_taken: bool,
 }
 
@@ -165,7 +172,11 @@ impl Pass<'_> {
         let binding = self.ctx.config.execution.clone();
         let st = self.obj.status.get_or_insert_with(Default::default);
         let target = st.target.get_or_insert_with(TargetStatus::default);
-        target.engine = Some(engine);
+        target.engine = Some(
+            crate::api::common::DatabaseEngine::from_spec(&engine)
+                .map(|e| e.canonical().to_string())
+                .unwrap_or_else(|| engine.to_ascii_lowercase()),
+        );
         target.coordination_digest = digest;
         if st.execution_binding.is_none() {
             st.execution_binding = Some(binding);
@@ -438,7 +449,26 @@ impl Pass<'_> {
         Ok(match (stored, job) {
             (Some(r), _) => {
                 let bindings = self.bindings().await;
-                harvest::from_result(c.type_, &r.document, r.job_uid, &bindings, &now)
+                let claimed = c.target_identity_digest.as_deref();
+                match harvest::from_result(
+                    c.type_,
+                    &r.document,
+                    r.job_uid,
+                    claimed,
+                    &bindings,
+                    &now,
+                ) {
+                    Harvest::Observed(Observation::DriftObserved(mut t)) => {
+                        // The machine replaces status.target: keep what only
+                        // the controller knows.
+                        let known = self.status().target.unwrap_or_default();
+                        t.engine = known.engine;
+                        t.coordination_digest = known.coordination_digest;
+                        Observation::DriftObserved(t)
+                    }
+                    Harvest::Observed(o) => o,
+                    Harvest::Publish(plan) => self.publish(c, &plan).await?,
+                }
             }
             (None, Some(j)) => {
                 let pod = self.pod_of(j).await?;
@@ -446,6 +476,59 @@ impl Pass<'_> {
             }
             (None, None) => Observation::JobLost,
         })
+    }
+
+    /// Publishes a Plan result's bytes as an immutable plan bound to what
+    /// the claim read; the machine decides what the plan's verdict is.
+    async fn publish(
+        &self,
+        c: &ActiveOperation,
+        outcome: &PlanOutcome,
+    ) -> Result<Observation, Error> {
+        let Some(change) = &outcome.change else {
+            return Ok(Observation::Planned(PlanVerdict::NoChange {
+                target_identity_digest: Some(outcome.target_identity_digest.clone()),
+            }));
+        };
+        let failed = |message: String| {
+            Ok(Observation::JobFailed {
+                reason: Reason::OperationFailed,
+                message,
+            })
+        };
+        if plan::content_digest(change.plan.as_bytes()) != change.content_digest {
+            return failed("the plan's bytes do not give the digest the runner reported".into());
+        }
+        let st = self.status();
+        let (Some(source), Some(coordination), Some(binding)) = (
+            c.source.clone(),
+            c.coordination_digest.clone(),
+            st.execution_binding.clone(),
+        ) else {
+            return failed("the Plan claim names no source, database or execution binding".into());
+        };
+        let input = plan::PlanInput {
+            bytes: change.plan.as_bytes().to_vec(),
+            statement_count: change.statement_count,
+            destructive: change.destructive,
+            privilege_changes: change.privilege_changes.clone(),
+            dialect: outcome.dialect.clone(),
+            source,
+            coordination_digest: coordination,
+            target_identity_digest: outcome.target_identity_digest.clone(),
+            actual_state_fingerprint: outcome.actual_state_fingerprint.clone(),
+            desired_state_fingerprint: outcome.desired_state_fingerprint.clone(),
+            execution_binding: binding,
+        };
+        match plan::publish(&self.ctx.client, &self.obj, input).await {
+            Ok(published) => Ok(Observation::Planned(PlanVerdict::Changes {
+                plan: Box::new(published.summary),
+                protected_table: protects(&self.obj.spec.policy.protected_tables, &change.tables),
+                target_identity_digest: Some(outcome.target_identity_digest.clone()),
+            })),
+            Err(e) if e.is_transient() => Err(Error::Plan(e)),
+            Err(e) => failed(e.to_string()),
+        }
     }
 
     /// The policies the result's bindings name, as they are now.
@@ -551,8 +634,14 @@ impl Pass<'_> {
                         follow.extend(self.dispatch(&c).await?);
                     }
                 }
-                Effect::PublishPlan { name } => self.plan_ready(&name).await?,
-                Effect::RetirePlan { name, reason } => self.retire_plan(&name, reason).await?,
+                Effect::PublishPlan { name } => {
+                    self.plans_moved = true;
+                    self.plan_ready(&name).await?
+                }
+                Effect::RetirePlan { name, reason } => {
+                    self.plans_moved = true;
+                    self.retire_plan(&name, reason).await?
+                }
                 Effect::SpendApproval { name, uid } => self.spend_approval(&name, &uid).await?,
                 Effect::ReleaseLease(release) => {
                     self.ctx.leases.release(&release).await?;
@@ -963,6 +1052,12 @@ impl Pass<'_> {
                 receiver::discard(&self.ctx.client, &self.ns, &op).await?;
             }
         }
+        if std::mem::take(&mut self.plans_moved) {
+            // Only what status still names stays: a retired plan's approvals
+            // authorize nothing, and the journal keeps its identity.
+            let keep = plan::still_named(&self.status());
+            plan::collect(&self.ctx.client, &self.obj, &keep).await?;
+        }
         if std::mem::take(&mut self.snapshot_taken)
             && let Ok(owner) = snapshot::Owner::of(&self.obj)
         {
@@ -1089,5 +1184,33 @@ impl Pass<'_> {
                 self.name()
             )))?;
         Ok(Action::await_change())
+    }
+}
+
+/// Whether a plan changing `tables` touches one of `protected`: names compare
+/// without case, and an unqualified protected name matches it in any schema.
+fn protects(protected: &[String], tables: &[String]) -> bool {
+    tables.iter().any(|t| {
+        let t = t.to_ascii_lowercase();
+        let bare = t.rsplit('.').next().unwrap_or(&t).to_string();
+        protected.iter().any(|p| {
+            let p = p.to_ascii_lowercase();
+            p == t || (!p.contains('.') && p == bare)
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::protects;
+
+    #[test]
+    fn a_protected_table_is_matched_qualified_or_bare_without_case() {
+        let protected = vec!["public.customers".to_string(), "audit".to_string()];
+        assert!(protects(&protected, &["PUBLIC.Customers".into()]));
+        assert!(protects(&protected, &["billing.audit".into()]));
+        assert!(!protects(&protected, &["billing.customers".into()]));
+        assert!(!protects(&protected, &["public.orders".into()]));
+        assert!(!protects(&[], &["public.orders".into()]));
     }
 }

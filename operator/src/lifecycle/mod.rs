@@ -3,8 +3,10 @@
 //! the clock), each returns the next status and the effects to perform. No
 //! I/O here; every arrow of the seed's diagrams is a named unit test.
 
+pub mod common;
 pub mod conditions;
 pub mod journal;
+pub mod migration;
 pub mod read_request;
 pub mod realm;
 pub mod schema;

@@ -11,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use sha2::{Digest, Sha256};
 
 use crate::api::annotations::READ_REQUEST_MAX_BYTES;
-use crate::api::condition::{Reason, SchemaPhase};
+use crate::api::condition::{MigrationPhase, Reason, SchemaPhase};
 
 /// A request as the annotation holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -194,6 +194,47 @@ pub fn decide_schema(
                 | Some(SchemaPhase::AwaitingApproval)
                 | Some(SchemaPhase::Pending) => true,
                 Some(SchemaPhase::Failed) => retry_due,
+                _ => false,
+            };
+            match (answers, invalid) {
+                (false, _) => Answer::Wait,
+                (true, true) => Answer::Invalid,
+                (true, false) => Answer::Answer,
+            }
+        }
+    }
+}
+
+/// Decides a migration's answer, by the rules [`decide_schema`] follows: it
+/// answers in InSync, Blocked, AwaitingApproval and Planning (and before the
+/// first read, and in Pending); a Failed resource answers when its retry
+/// starts. `VerifyingHistory` owes the read that proves a run, which
+/// `running` reports as [`Running::ApplyOrProof`].
+pub fn decide_migration(
+    request: &ReadRequest,
+    phase: Option<MigrationPhase>,
+    blocked_reason: Option<Reason>,
+    running: Running,
+    retry_due: bool,
+) -> Answer {
+    if phase == Some(MigrationPhase::Blocked) && blocked_reason.is_some_and(blocked_reason_waits) {
+        return Answer::Wait;
+    }
+    let invalid = request.instant.is_none();
+    match running {
+        Running::ApplyOrProof | Running::ReadUnderWay => Answer::Wait,
+        Running::ReadBetweenAttempts { .. } if invalid => Answer::Invalid,
+        Running::ReadBetweenAttempts { retry_due: true } => Answer::GiveWay,
+        Running::ReadBetweenAttempts { retry_due: false } => Answer::Wait,
+        Running::Nothing => {
+            let answers = match phase {
+                None
+                | Some(MigrationPhase::InSync)
+                | Some(MigrationPhase::Blocked)
+                | Some(MigrationPhase::AwaitingApproval)
+                | Some(MigrationPhase::Planning)
+                | Some(MigrationPhase::Pending) => true,
+                Some(MigrationPhase::Failed) => retry_due,
                 _ => false,
             };
             match (answers, invalid) {

@@ -89,6 +89,7 @@
 
 pub mod cli;
 pub mod credentials;
+pub mod database;
 pub mod deliver;
 mod steps;
 
@@ -308,6 +309,24 @@ pub enum StepOutput {
         /// The supplychain resolution.
         resolution: oci::Resolution,
     },
+    /// `observe`: the drift summary (the report stays in the Pod).
+    #[serde(rename_all = "camelCase")]
+    DriftObserved {
+        /// The bounded summary.
+        report: database::DriftSummary,
+    },
+    /// `plan`: no change, or the published bytes with their findings.
+    #[serde(rename_all = "camelCase")]
+    Planned {
+        /// The outcome.
+        plan: database::PlanOutcome,
+    },
+    /// `apply`: what ran (the proof decides what it did).
+    #[serde(rename_all = "camelCase")]
+    Applied {
+        /// The report.
+        report: database::ApplyReport,
+    },
     /// `verify oci`.
     #[serde(rename_all = "camelCase")]
     OciVerified {
@@ -330,6 +349,11 @@ impl StepOutput {
             Self::OciFetched { digest, .. } => (Some(digest.clone()), None),
             Self::OciResolved { resolution } => (Some(resolution.digest.clone()), None),
             Self::OciVerified { evidence, .. } => (Some(evidence.artifact_digest.clone()), None),
+            Self::DriftObserved { report } => (Some(report.report_digest.clone()), None),
+            Self::Planned { plan } => {
+                (plan.change.as_ref().map(|c| c.content_digest.clone()), None)
+            }
+            Self::Applied { .. } => (None, None),
         }
     }
 }
