@@ -17,6 +17,7 @@
 mod dispatch;
 mod harvest;
 mod inputs;
+mod runtime;
 mod schema;
 
 use std::sync::Arc;

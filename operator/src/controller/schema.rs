@@ -6,31 +6,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
-use super::harvest::{self, Bindings, Harvest};
-use super::{Context, Error, FaultPoint, dispatch, inputs, kube_err};
+use super::harvest::{self, Harvest};
+use super::runtime::{self, ClaimJob, Dispatched, InputChange, Requeue, Snapshot};
+use super::{Context, Error, FaultPoint, dispatch, kube_err};
 use crate::api::annotations::{SCHEMA_FINALIZER, SETTLED_APPLY};
 use crate::api::approval::PtahSchemaApproval;
 use crate::api::condition::{ApprovalConditionType, SchemaPlanConditionType};
 use crate::api::condition::{ConditionStatus, Reason, SchemaConditionType, SchemaPhase};
-use crate::api::migration::PtahMigration;
 use crate::api::plan::PtahSchemaPlan;
-use crate::api::realm::PtahRealm;
 use crate::api::schema::{PtahSchema, PtahSchemaStatus, TargetStatus};
-use crate::api::source::SourceKind;
 use crate::api::status::{ActiveOperation, Authorization, OperationType, PendingLockRelease};
-use crate::execution::job::{ClaimInput, build_job, is_job_of_claim};
+use crate::execution::job::build_job;
 use crate::execution::lease::Acquired;
 use crate::execution::plan;
-use crate::execution::receiver::{self, receiver_ca_config_map, token_secret};
-use crate::execution::snapshot::{self, ResolveError};
 use crate::lifecycle::conditions;
 use crate::lifecycle::realm;
 use crate::lifecycle::schema::{
@@ -40,10 +34,6 @@ use crate::runner::database::PlanOutcome;
 
 /// How many steps one pass takes at most; the rest waits for the next pass.
 const MAX_STEPS: usize = 24;
-/// A pass with nothing scheduled still looks again this often.
-const IDLE_RECHECK: Duration = Duration::from_secs(300);
-/// A claim with a Job under way is looked at this often besides its watch.
-const JOB_RECHECK: Duration = Duration::from_secs(30);
 
 /// The reconcile function of the PtahSchema controller.
 pub async fn reconcile(obj: Arc<PtahSchema>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -63,7 +53,7 @@ pub async fn reconcile(obj: Arc<PtahSchema>, ctx: Arc<Context>) -> Result<Action
         api,
         ns,
         obj: current,
-        requeue_at: None,
+        requeue: Requeue::default(),
         harvested: false,
         plans_moved: false,
         snapshot_taken: false,
@@ -76,7 +66,7 @@ struct Pass<'a> {
     api: Api<PtahSchema>,
     ns: String,
     obj: PtahSchema,
-    requeue_at: Option<Timestamp>,
+    requeue: Requeue,
     /// This pass read a Job's outcome.
     harvested: bool,
     /// This pass published or retired a plan.
@@ -102,10 +92,7 @@ impl Pass<'_> {
     }
 
     fn requeue_in(&mut self, d: Duration) {
-        let at = Timestamp::now()
-            .checked_add(k8s_openapi::jiff::SignedDuration::try_from(d).unwrap_or_default())
-            .unwrap_or_else(|_| Timestamp::now());
-        self.requeue_at = Some(self.requeue_at.map_or(at, |r| r.min(at)));
+        self.requeue.within(d);
     }
 
     async fn run(&mut self) -> Result<Action, Error> {
@@ -137,27 +124,8 @@ impl Pass<'_> {
     }
 
     fn action(&mut self) -> Action {
-        let st = self.status();
-        if st
-            .active_operation
-            .as_ref()
-            .is_some_and(|c| c.dispatch_started)
-        {
-            // Renew a held Lease well within its duration.
-            let lease = st
-                .active_operation
-                .as_ref()
-                .and_then(|c| c.lease_duration_seconds)
-                .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(15) / 3 + 1));
-            self.requeue_in(lease.unwrap_or(JOB_RECHECK).min(JOB_RECHECK));
-        }
-        self.requeue_in(IDLE_RECHECK);
-        let at = self.requeue_at.unwrap_or_else(Timestamp::now);
-        let wait = Timestamp::now()
-            .duration_until(at)
-            .try_into()
-            .unwrap_or(Duration::ZERO);
-        Action::requeue(wait.max(Duration::from_millis(200)))
+        let claim = self.status().active_operation;
+        std::mem::take(&mut self.requeue).action(claim.as_ref())
     }
 
     // ----- stepping ---------------------------------------------------------
@@ -199,15 +167,7 @@ impl Pass<'_> {
         }
         let mut next = self.obj.clone();
         next.status = Some(status);
-        let written = self
-            .api
-            .replace_status(&self.name(), &PostParams::default(), &next)
-            .await
-            .map_err(kube_err(format!(
-                "writing status of PtahSchema {}",
-                self.name()
-            )))?;
-        self.obj = written;
+        self.obj = runtime::write_status(&self.api, &next).await?;
         Ok(())
     }
 
@@ -229,7 +189,8 @@ impl Pass<'_> {
         if !engine_supported(&self.obj) {
             obs.push(Observation::EngineUnsupported);
         } else {
-            obs.push(Observation::Realm(self.census().await?));
+            let me = realm::claimant_of_schema(&self.obj);
+            obs.push(Observation::Realm(runtime::census(self.ctx, me).await?));
         }
         if let (Some(seen), Some(now)) = (st.observed_generation, self.obj.metadata.generation)
             && seen != now
@@ -258,39 +219,6 @@ impl Pass<'_> {
         Ok(obs)
     }
 
-    /// The realm census: every claimant in the cluster and the PtahRealms.
-    async fn census(&self) -> Result<realm::RealmVerdict, Error> {
-        let Some(me) = realm::claimant_of_schema(&self.obj) else {
-            return Ok(realm::RealmVerdict::Ok);
-        };
-        let client = self.ctx.client.clone();
-        let lp = ListParams::default();
-        let schemas = Api::<PtahSchema>::all(client.clone())
-            .list(&lp)
-            .await
-            .map_err(kube_err("listing PtahSchemas for the realm census"))?;
-        let migrations = Api::<PtahMigration>::all(client.clone())
-            .list(&lp)
-            .await
-            .map_err(kube_err("listing PtahMigrations for the realm census"))?;
-        let realms = Api::<PtahRealm>::all(client)
-            .list(&lp)
-            .await
-            .map_err(kube_err("listing PtahRealms for the realm census"))?;
-        let all: Vec<realm::Claimant> = schemas
-            .items
-            .iter()
-            .filter_map(realm::claimant_of_schema)
-            .chain(
-                migrations
-                    .items
-                    .iter()
-                    .filter_map(realm::claimant_of_migration),
-            )
-            .collect();
-        Ok(realm::verdict(&me, &all, &realms.items))
-    }
-
     /// An edit of what the source or its policies name, read at once.
     async fn source_inputs(&self, st: &PtahSchemaStatus) -> Result<Vec<Observation>, Error> {
         let Some(recorded) = st.source.as_ref() else {
@@ -309,61 +237,21 @@ impl Pass<'_> {
         if waiting {
             return Ok(Vec::new());
         }
-        let client = &self.ctx.client;
-        let src = &self.obj.spec.source;
-        let mut obs = Vec::new();
-        let source_policy = match &src.source_policy_from {
-            Some(p) => inputs::policy(client, &self.ns, p)
-                .await
-                .ok()
-                .map(|(b, _)| b),
-            None => None,
-        };
-        let policy_moved = src.kind() != Some(SourceKind::OCI)
-            && !inputs::same_policy(recorded.source_policy.as_ref(), source_policy.as_ref());
-        let content_moved = match (&src.config_map, recorded.config_map.as_ref()) {
-            (Some(cm), Some(resolved)) => {
-                match snapshot::current_content(client, &self.ns, cm).await {
-                    Ok((uid, digest)) => uid != resolved.uid || digest != recorded.content_digest,
-                    // Gone or unreadable: the next read says so, naming it.
-                    Err(_) => false,
-                }
-            }
-            _ => false,
-        };
-        // A Resolve or Verify under way reads the policy as it is now: its
-        // result decides, and status keeps the old binding until then.
-        let reading_source = st
-            .active_operation
-            .as_ref()
-            .is_some_and(|c| matches!(c.type_, OperationType::Resolve | OperationType::Verify));
-        if (policy_moved && !reading_source) || content_moved {
-            obs.push(Observation::SourceChanged);
-        }
-        if let (Some(p), Some(evidence), false) = (
-            &src.verification_policy_from,
-            &recorded.verification,
-            reading_source,
-        ) {
-            let current = inputs::policy(client, &self.ns, p)
-                .await
-                .ok()
-                .map(|(b, _)| b);
-            if !inputs::same_policy(Some(&evidence.policy), current.as_ref()) {
-                obs.push(Observation::VerificationPolicyChanged);
-            }
-        }
-        Ok(obs)
-    }
-
-    fn claim_input(c: &ActiveOperation) -> ClaimInput {
-        ClaimInput {
-            operation_id: c.operation_id.clone(),
-            input_fingerprint: c.input_fingerprint.clone(),
-            attempt: c.attempt,
-            dispatch_not_after: c.dispatch_not_after.clone(),
-            execution_not_after: c.execution_not_after.clone(),
-        }
+        let changes = runtime::input_changes(
+            self.ctx,
+            &self.ns,
+            &self.obj.spec.source,
+            recorded,
+            st.active_operation.as_ref(),
+        )
+        .await;
+        Ok(changes
+            .into_iter()
+            .map(|c| match c {
+                InputChange::Source => Observation::SourceChanged,
+                InputChange::VerificationPolicy => Observation::VerificationPolicyChanged,
+            })
+            .collect())
     }
 
     /// The claim's Job: its Lease's continuity, then whether it exists, runs
@@ -398,40 +286,29 @@ impl Pass<'_> {
                 obs.push(Observation::LeaseContinuityLost);
             }
         }
-        let Some(job_name) = c.job_name.clone() else {
-            obs.push(Observation::JobLost);
-            return Ok(obs);
-        };
-        let jobs: Api<Job> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        let job = jobs
-            .get_opt(&job_name)
-            .await
-            .map_err(kube_err(format!("reading Job {job_name}")))?;
-        match job {
-            Some(j) if is_job_of_claim(&j, &Self::claim_input(&c), &self.uid()) => {
+        match runtime::claim_job(self.ctx, &self.ns, &self.uid(), &c).await? {
+            ClaimJob::Running(uid) => {
+                if c.job_uid.is_none() {
+                    self.record_job_uid(&c, uid).await?;
+                }
+            }
+            ClaimJob::Ended(j) => {
                 if c.job_uid.is_none() {
                     self.record_job_uid(&c, j.metadata.uid.clone()).await?;
                 }
-                if harvest::terminal(&j) {
-                    obs.push(self.harvest(&c, Some(&j)).await?);
-                }
+                obs.push(self.harvest(&c, Some(&j)).await?);
             }
-            // Another object holds the reserved name: not ours to read.
-            Some(_) => obs.push(Observation::JobLost),
-            None => {
-                let stored =
-                    receiver::harvest(&self.ctx.client, &self.ns, &c.operation_id, c.attempt)
-                        .await?;
-                if stored.is_some() {
-                    obs.push(self.harvest(&c, None).await?);
-                } else if c.job_uid.is_none() && c.type_ != OperationType::Apply {
-                    // The create never happened (the manager stopped after
-                    // writing the claim): make the one Job now.
-                    obs.extend(self.dispatch(&c).await?);
-                } else {
-                    // A mutating claim is never dispatched again.
-                    obs.push(Observation::JobLost);
-                }
+            ClaimJob::Missing { stored: true } => obs.push(self.harvest(&c, None).await?),
+            // The create never happened (the manager stopped after writing
+            // the claim): make the one Job now. A mutating claim is never
+            // dispatched again.
+            ClaimJob::Missing { stored: false }
+                if c.job_uid.is_none() && c.type_ != OperationType::Apply =>
+            {
+                obs.extend(self.dispatch(&c).await?)
+            }
+            ClaimJob::Missing { .. } | ClaimJob::Foreign | ClaimJob::Unnamed => {
+                obs.push(Observation::JobLost)
             }
         }
         Ok(obs)
@@ -442,13 +319,12 @@ impl Pass<'_> {
         c: &ActiveOperation,
         job: Option<&Job>,
     ) -> Result<Observation, Error> {
-        let stored =
-            receiver::harvest(&self.ctx.client, &self.ns, &c.operation_id, c.attempt).await?;
+        let stored = runtime::stored_result(self.ctx, &self.ns, c).await?;
         self.harvested = true;
         let now = now();
         Ok(match (stored, job) {
             (Some(r), _) => {
-                let bindings = self.bindings().await;
+                let bindings = runtime::bindings(self.ctx, &self.ns, &self.obj.spec.source).await;
                 let claimed = c.target_identity_digest.as_deref();
                 match harvest::from_result(
                     c.type_,
@@ -471,7 +347,7 @@ impl Pass<'_> {
                 }
             }
             (None, Some(j)) => {
-                let pod = self.pod_of(j).await?;
+                let pod = runtime::pod_of(self.ctx, &self.ns, j).await?;
                 harvest::without_result(c.type_, j, pod.as_ref())
             }
             (None, None) => Observation::JobLost,
@@ -529,40 +405,6 @@ impl Pass<'_> {
             Err(e) if e.is_transient() => Err(Error::Plan(e)),
             Err(e) => failed(e.to_string()),
         }
-    }
-
-    /// The policies the result's bindings name, as they are now.
-    async fn bindings(&self) -> Bindings {
-        let src = &self.obj.spec.source;
-        let read = |r: Option<&crate::api::common::ConfigMapKeyRef>| {
-            let r = r.cloned();
-            let client = self.ctx.client.clone();
-            let ns = self.ns.clone();
-            async move {
-                match r {
-                    Some(r) => inputs::policy(&client, &ns, &r).await.ok().map(|(b, _)| b),
-                    None => None,
-                }
-            }
-        };
-        Bindings {
-            source_policy: read(src.source_policy_from.as_ref()).await,
-            verification_policy: read(src.verification_policy_from.as_ref()).await,
-        }
-    }
-
-    async fn pod_of(&self, job: &Job) -> Result<Option<Pod>, Error> {
-        let pods: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        let Some(uid) = job.metadata.uid.as_deref() else {
-            return Ok(None);
-        };
-        let list = pods
-            .list(
-                &ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")),
-            )
-            .await
-            .map_err(kube_err("listing the Job's Pods"))?;
-        Ok(list.items.into_iter().next())
     }
 
     async fn approval_observations(
@@ -653,7 +495,7 @@ impl Pass<'_> {
                     message,
                 } => self.event(warning, reason, message).await,
                 Effect::RequeueAt(t) => {
-                    self.requeue_at = Some(self.requeue_at.map_or(t.0, |r| r.min(t.0)));
+                    self.requeue.at(t.0);
                 }
             }
         }
@@ -661,38 +503,26 @@ impl Pass<'_> {
     }
 
     async fn take_snapshot(&mut self) -> Result<Observation, Error> {
-        let Some(source) = self.obj.spec.source.config_map.clone() else {
-            return Ok(Observation::ConfigurationError {
-                message: "spec.source.configMap is not set".into(),
-            });
-        };
-        let owner = match snapshot::Owner::of(&self.obj) {
-            Ok(o) => o,
-            Err(e) => {
-                return Ok(Observation::ConfigurationError {
-                    message: e.to_string(),
-                });
-            }
-        };
-        let policy = self.obj.spec.source.source_policy_from.clone();
-        match snapshot::resolve_configmap(&self.ctx.client, &owner, &source, policy.as_ref()).await
-        {
-            Ok(res) => {
+        let src = &self.obj.spec.source;
+        let taken = runtime::take_snapshot(
+            self.ctx,
+            &self.obj,
+            src.config_map.as_ref(),
+            src.source_policy_from.as_ref(),
+        )
+        .await;
+        Ok(match taken {
+            Snapshot::Taken(src) => {
                 self.snapshot_taken = true;
-                Ok(Observation::SnapshotTaken(res.source_status(Some(now()))))
+                Observation::SnapshotTaken(*src)
             }
-            Err(e @ ResolveError::Refused { .. }) => Ok(Observation::SourceRefused {
-                message: e.to_string(),
-            }),
-            Err(e) if e.is_transient() => {
-                tracing::info!(schema = %self.name(), error = %e, "snapshot not taken yet");
+            Snapshot::Refused(message) => Observation::SourceRefused { message },
+            Snapshot::Invalid(message) => Observation::ConfigurationError { message },
+            Snapshot::Later => {
                 self.requeue_in(Duration::from_secs(2));
-                Ok(Observation::Pass)
+                Observation::Pass
             }
-            Err(e) => Ok(Observation::ConfigurationError {
-                message: e.to_string(),
-            }),
-        }
+        })
     }
 
     async fn acquire(&mut self, c: &ActiveOperation) -> Result<Observation, Error> {
@@ -731,128 +561,38 @@ impl Pass<'_> {
     /// The one Job create of a claim whose `dispatchStarted` is written.
     async fn dispatch(&mut self, c: &ActiveOperation) -> Result<Option<Observation>, Error> {
         self.ctx.fault(FaultPoint::AfterClaim);
-        if let Some(refused) = self.before_dispatch(c).await? {
-            return Ok(Some(refused));
-        }
-        let not_built = |reason: Reason, message: String| {
-            Ok(Some(Observation::JobNotBuilt { reason, message }))
-        };
-        let input = match dispatch::job_input(&self.obj, c, &self.ctx.config) {
-            Ok(i) => i,
-            Err(e) => return not_built(Reason::ConfigurationError, e.to_string()),
-        };
-        let job = match build_job(&input) {
-            Ok(j) => j,
-            Err(e) => return not_built(Reason::ConfigurationError, e.to_string()),
-        };
-        let Some(job_name) = job.metadata.name.clone() else {
-            return not_built(Reason::ConfigurationError, "the Job has no name".into());
-        };
-        self.publish_receiver_ca().await?;
-        let owner = self
-            .obj
-            .controller_owner_ref(&())
-            .map(|mut o| {
-                // The Secret is the schema's, but not under its control.
-                o.controller = None;
-                o
-            })
-            .ok_or_else(|| Error::NotStored(self.name()))?;
-        let token = self.ctx.token_key.token(&c.operation_id, c.attempt);
-        let secret = token_secret(&self.ns, &job_name, owner, &token);
-        let secrets: Api<Secret> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        match secrets.create(&PostParams::default(), &secret).await {
-            // The same token again: a restart re-creates what it made.
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(kube_err("creating the result token Secret")(e)),
-        }
-        let jobs: Api<Job> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        let uid = match jobs.create(&PostParams::default(), &job).await {
-            Ok(created) => created.metadata.uid,
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                // Adopt by name: the Job this claim made before a restart.
-                let existing = jobs
-                    .get_opt(&job_name)
-                    .await
-                    .map_err(kube_err(format!("reading Job {job_name}")))?;
-                match existing {
-                    Some(j) if is_job_of_claim(&j, &Self::claim_input(c), &self.uid()) => {
-                        j.metadata.uid
-                    }
-                    _ => {
-                        return not_built(
-                            Reason::ConfigurationError,
-                            format!("a Job named {job_name} exists and is not this claim's"),
-                        );
-                    }
-                }
-            }
-            Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => {
-                return not_built(
-                    Reason::PodAdmissionRefused,
-                    format!("Job {job_name} refused: {}", e.message),
-                );
-            }
-            Err(e) => return Err(kube_err(format!("creating Job {job_name}"))(e)),
-        };
-        tracing::info!(schema = %self.name(), job = %job_name, operation = ?c.type_, "Job created");
-        self.ctx.fault(FaultPoint::AfterJobCreate);
-        self.record_job_uid(c, uid).await?;
-        self.ctx.fault(FaultPoint::AfterJobUid);
-        Ok(None)
-    }
-
-    /// What the manager checks before it makes a Job: a Git host against the
-    /// source policy (Resolve), and that the snapshot an operation mounts
-    /// still holds its bound content.
-    async fn before_dispatch(&self, c: &ActiveOperation) -> Result<Option<Observation>, Error> {
-        let src = &self.obj.spec.source;
-        if c.type_ == OperationType::Resolve
-            && let (Some(git), Some(policy)) = (&src.git, &src.source_policy_from)
-        {
-            return Ok(
-                match inputs::policy(&self.ctx.client, &self.ns, policy).await {
-                    Ok((_, bytes)) => inputs::check_git_host(&bytes, &git.url)
-                        .err()
-                        .map(|message| Observation::SourceRefused { message }),
-                    Err(e) => Some(Observation::JobNotBuilt {
-                        reason: Reason::ConfigurationError,
-                        message: e.to_string(),
-                    }),
-                },
-            );
-        }
-        if let Some(b) = &c.source
-            && let Some(name) = &b.snapshot_name
-        {
-            let hold =
-                snapshot::snapshot_still_holds(&self.ctx.client, &self.ns, name, &b.content_digest)
-                    .await
-                    .map_err(kube_err(format!("reading snapshot {name}")))?;
-            if let Some(refusal) = hold.refusal() {
-                return Ok(Some(Observation::JobNotBuilt {
+        let checked =
+            runtime::before_dispatch(self.ctx, &self.ns, &self.obj.spec.source, c).await?;
+        let dispatched = match checked {
+            Err(message) => return Ok(Some(Observation::SourceRefused { message })),
+            Ok(Some(refused)) => refused,
+            Ok(None) => match dispatch::job_input(&self.obj, c, &self.ctx.config)
+                .map_err(|e| e.to_string())
+                .and_then(|input| build_job(&input).map_err(|e| e.to_string()))
+            {
+                Err(message) => Dispatched::NotBuilt {
                     reason: Reason::ConfigurationError,
-                    message: refusal,
-                }));
+                    message,
+                },
+                Ok(job) => {
+                    let owner = self
+                        .obj
+                        .controller_owner_ref(&())
+                        .ok_or_else(|| Error::NotStored(self.name()))?;
+                    runtime::create_job(self.ctx, &self.ns, owner, &self.uid(), c, &job).await?
+                }
+            },
+        };
+        match dispatched {
+            Dispatched::NotBuilt { reason, message } => {
+                Ok(Some(Observation::JobNotBuilt { reason, message }))
+            }
+            Dispatched::Created(uid) => {
+                self.record_job_uid(c, uid).await?;
+                self.ctx.fault(FaultPoint::AfterJobUid);
+                Ok(None)
             }
         }
-        Ok(None)
-    }
-
-    /// The receiver's CA, where this namespace's Pods can mount it.
-    async fn publish_receiver_ca(&self) -> Result<(), Error> {
-        let cm = receiver_ca_config_map(&self.ns, &self.ctx.receiver_ca_pem);
-        let api: Api<ConfigMap> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        let name = cm.name_any();
-        api.patch(
-            &name,
-            &PatchParams::apply(crate::execution::job::MANAGED_BY).force(),
-            &Patch::Apply(&cm),
-        )
-        .await
-        .map_err(kube_err(format!("publishing ConfigMap {name}")))?;
-        Ok(())
     }
 
     async fn record_job_uid(
@@ -970,26 +710,7 @@ impl Pass<'_> {
     }
 
     async fn event(&self, warning: bool, reason: Reason, message: String) {
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: format!("{reason:?}"),
-            note: Some(message),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = self
-            .ctx
-            .recorder
-            .publish(&ev, &self.obj.object_ref(&()))
-            .await
-        {
-            // An Event is best effort: status and the journal are the record.
-            tracing::warn!(schema = %self.name(), error = %e, "event not published");
-        }
+        runtime::event(self.ctx, &self.obj, warning, reason, message).await;
     }
 
     // ----- after the outcome is written ---------------------------------------
@@ -1003,64 +724,15 @@ impl Pass<'_> {
             self.ctx.fault(FaultPoint::AfterOutcome);
         }
         let claim = self.status().active_operation;
-        let uid = self.uid();
-        let jobs: Api<Job> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        let secrets: Api<Secret> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        let list = jobs
-            .list(&ListParams::default().labels(&dispatch::jobs_of(&self.name())))
-            .await
-            .map_err(kube_err("listing the schema's Jobs"))?;
-        for job in list.items {
-            let name = job.name_any();
-            let ours = job
-                .owner_references()
-                .iter()
-                .any(|o| o.uid == uid && o.controller == Some(true));
-            let has_ttl = job
-                .spec
-                .as_ref()
-                .is_some_and(|s| s.ttl_seconds_after_finished.is_some());
-            let current = claim
-                .as_ref()
-                .is_some_and(|c| c.job_name.as_deref() == Some(name.as_str()));
-            if !ours || has_ttl || current || !harvest::terminal(&job) {
-                continue;
-            }
-            let ttl =
-                crate::execution::job::harvested_ttl_patch(self.ctx.config.harvested_ttl_seconds);
-            match jobs
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&ttl))
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(kube_err(format!("setting the TTL of Job {name}"))(e)),
-            }
-            let secret = receiver::token_secret_name(&name);
-            match secrets.delete(&secret, &Default::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(kube_err(format!("deleting Secret {secret}"))(e)),
-            }
-            let op = job
-                .annotations()
-                .get(crate::execution::job::ANNOTATION_OPERATION_ID)
-                .cloned();
-            if let Some(op) = op
-                && claim.as_ref().is_none_or(|c| c.operation_id != op)
-            {
-                receiver::discard(&self.ctx.client, &self.ns, &op).await?;
-            }
-        }
+        let selector = dispatch::jobs_of(&self.name());
+        runtime::sweep(self.ctx, &self.ns, &self.uid(), &selector, claim.as_ref()).await?;
         if std::mem::take(&mut self.plans_moved) {
             // Only what status still names stays: a retired plan's approvals
             // authorize nothing, and the journal keeps its identity.
             let keep = plan::still_named(&self.status());
             plan::collect(&self.ctx.client, &self.obj, &keep).await?;
         }
-        if std::mem::take(&mut self.snapshot_taken)
-            && let Ok(owner) = snapshot::Owner::of(&self.obj)
-        {
+        if std::mem::take(&mut self.snapshot_taken) {
             let st = self.status();
             let named: Vec<String> = [
                 st.source
@@ -1079,9 +751,7 @@ impl Pass<'_> {
             .into_iter()
             .flatten()
             .collect();
-            snapshot::collect_snapshots(&self.ctx.client, &owner, &named)
-                .await
-                .map_err(kube_err("collecting snapshots"))?;
+            runtime::collect_snapshots(self.ctx, &self.obj, &named).await?;
         }
         Ok(())
     }
@@ -1098,35 +768,12 @@ impl Pass<'_> {
     }
 
     async fn keep_finalizer(&mut self) -> Result<(), Error> {
-        let has = self.obj.finalizers().iter().any(|f| f == SCHEMA_FINALIZER);
         let want = self.in_flight();
-        if has == want {
-            return Ok(());
+        if let Some(stored) =
+            runtime::set_finalizer(&self.api, &self.obj, SCHEMA_FINALIZER, want).await?
+        {
+            self.obj = stored;
         }
-        let mut list: Vec<String> = self
-            .obj
-            .finalizers()
-            .iter()
-            .filter(|f| *f != SCHEMA_FINALIZER)
-            .cloned()
-            .collect();
-        if want {
-            list.push(SCHEMA_FINALIZER.into());
-        }
-        let patch = serde_json::json!({
-            "metadata": {
-                "finalizers": list,
-                "resourceVersion": self.obj.metadata.resource_version,
-            }
-        });
-        self.obj = self
-            .api
-            .patch(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(kube_err(format!(
-                "updating the finalizer of PtahSchema {}",
-                self.name()
-            )))?;
         Ok(())
     }
 
@@ -1134,55 +781,23 @@ impl Pass<'_> {
     /// database must not be left in a state nothing recorded), then releases
     /// the Lease and lets the garbage collector take the rest.
     async fn finalize(&mut self) -> Result<Action, Error> {
-        if !self.obj.finalizers().iter().any(|f| f == SCHEMA_FINALIZER) {
-            return Ok(Action::await_change());
-        }
         let st = self.status();
-        if let Some(c) = &st.active_operation
-            && c.dispatch_started
-            && (c.type_ == OperationType::Apply || st.pending_observation.is_some())
-            && let Some(name) = &c.job_name
+        let must_end = st.active_operation.as_ref().filter(|c| {
+            c.dispatch_started
+                && (c.type_ == OperationType::Apply || st.pending_observation.is_some())
+        });
+        if let Some(c) = must_end
+            && runtime::job_still_runs(self.ctx, &self.ns, c).await?
         {
-            let jobs: Api<Job> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-            let job = jobs
-                .get_opt(name)
-                .await
-                .map_err(kube_err(format!("reading Job {name}")))?;
-            if job.as_ref().is_some_and(|j| !harvest::terminal(j)) {
-                return Ok(Action::requeue(Duration::from_secs(5)));
-            }
+            return Ok(Action::requeue(Duration::from_secs(5)));
         }
-        let held = st
-            .active_operation
-            .as_ref()
-            .and_then(|c| {
-                Some(PendingLockRelease {
-                    coordination_digest: c.coordination_digest.clone()?,
-                    operation_id: c.operation_id.clone(),
-                    lease_epoch: c.lease_epoch.clone()?,
-                    lease_duration_seconds: c.lease_duration_seconds.unwrap_or(15),
-                })
-            })
-            .into_iter()
-            .chain(st.pending_lock_release.clone());
-        for release in held {
-            self.ctx.leases.release(&release).await?;
-        }
-        let list: Vec<String> = self
-            .obj
-            .finalizers()
-            .iter()
-            .filter(|f| *f != SCHEMA_FINALIZER)
-            .cloned()
-            .collect();
-        let patch = serde_json::json!({ "metadata": { "finalizers": list } });
-        self.api
-            .patch(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(kube_err(format!(
-                "removing the finalizer of PtahSchema {}",
-                self.name()
-            )))?;
+        runtime::release_held(
+            self.ctx,
+            st.active_operation.as_ref(),
+            st.pending_lock_release.as_ref(),
+        )
+        .await?;
+        runtime::set_finalizer(&self.api, &self.obj, SCHEMA_FINALIZER, false).await?;
         Ok(Action::await_change())
     }
 }

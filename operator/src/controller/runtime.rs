@@ -1,0 +1,618 @@
+//! The I/O both families' passes share: the claim's Job (adopt, create once,
+//! harvest, sweep), the realm census and Leases, snapshots and policy
+//! inputs, Events, status writes and the finalizer. Each family's pass
+//! ([`super::schema`], [`super::migration`]) turns these answers into its own
+//! machine's observations.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::harvest::Bindings;
+use super::{Context, Error, FaultPoint, inputs, kube_err};
+use crate::api::condition::Reason;
+use crate::api::migration::PtahMigration;
+use crate::api::realm::PtahRealm;
+use crate::api::schema::PtahSchema;
+use crate::api::source::{ConfigMapSource, Source, SourceKind, SourceStatus};
+use crate::api::status::{ActiveOperation, OperationType};
+use crate::execution::job::{ClaimInput, is_job_of_claim};
+use crate::execution::receiver::{self, StoredResult, receiver_ca_config_map, token_secret};
+use crate::execution::snapshot::{self, ResolveError};
+use crate::lifecycle::realm::{self, Claimant, RealmVerdict};
+
+/// A pass with nothing scheduled still looks again this often.
+const IDLE_RECHECK: Duration = Duration::from_secs(300);
+/// A claim with a Job under way is looked at this often besides its watch.
+const JOB_RECHECK: Duration = Duration::from_secs(30);
+
+/// The manager's clock.
+pub fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+/// When the next pass is due: the earliest of what the pass asked for.
+#[derive(Default)]
+pub struct Requeue(Option<Timestamp>);
+
+impl Requeue {
+    /// No later than `at`.
+    pub fn at(&mut self, at: Timestamp) {
+        self.0 = Some(self.0.map_or(at, |r| r.min(at)));
+    }
+
+    /// No later than `d` from now.
+    pub fn within(&mut self, d: Duration) {
+        let d = k8s_openapi::jiff::SignedDuration::try_from(d).unwrap_or_default();
+        self.at(Timestamp::now()
+            .checked_add(d)
+            .unwrap_or_else(|_| Timestamp::now()));
+    }
+
+    /// The action, given the claim the pass left: a dispatched claim is
+    /// looked at often enough to renew its Lease well within its duration.
+    pub fn action(mut self, claim: Option<&ActiveOperation>) -> Action {
+        if let Some(c) = claim.filter(|c| c.dispatch_started) {
+            let lease = c
+                .lease_duration_seconds
+                .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(15) / 3 + 1));
+            self.within(lease.unwrap_or(JOB_RECHECK).min(JOB_RECHECK));
+        }
+        self.within(IDLE_RECHECK);
+        let at = self.0.unwrap_or_else(Timestamp::now);
+        let wait = Timestamp::now()
+            .duration_until(at)
+            .try_into()
+            .unwrap_or(Duration::ZERO);
+        Action::requeue(wait.max(Duration::from_millis(200)))
+    }
+}
+
+/// Writes `obj`'s status through the subresource, guarded by the
+/// resourceVersion `obj` carries: a concurrent write fails the pass, which
+/// starts again from what is stored.
+pub async fn write_status<K>(api: &Api<K>, obj: &K) -> Result<K, Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    let name = obj.name_any();
+    api.replace_status(&name, &PostParams::default(), obj)
+        .await
+        .map_err(kube_err(format!("writing the status of {name}")))
+}
+
+/// The realm census: every claimant in the cluster and the PtahRealms.
+pub async fn census(ctx: &Context, me: Option<Claimant>) -> Result<RealmVerdict, Error> {
+    let Some(me) = me else {
+        return Ok(RealmVerdict::Ok);
+    };
+    let client = ctx.client.clone();
+    let lp = ListParams::default();
+    let schemas = Api::<PtahSchema>::all(client.clone())
+        .list(&lp)
+        .await
+        .map_err(kube_err("listing PtahSchemas for the realm census"))?;
+    let migrations = Api::<PtahMigration>::all(client.clone())
+        .list(&lp)
+        .await
+        .map_err(kube_err("listing PtahMigrations for the realm census"))?;
+    let realms = Api::<PtahRealm>::all(client)
+        .list(&lp)
+        .await
+        .map_err(kube_err("listing PtahRealms for the realm census"))?;
+    let all: Vec<Claimant> = schemas
+        .items
+        .iter()
+        .filter_map(realm::claimant_of_schema)
+        .chain(
+            migrations
+                .items
+                .iter()
+                .filter_map(realm::claimant_of_migration),
+        )
+        .collect();
+    Ok(realm::verdict(&me, &all, &realms.items))
+}
+
+/// What changed in what the source names since it was recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputChange {
+    /// The source ConfigMap's selected content, or the source policy.
+    Source,
+    /// The verification policy.
+    VerificationPolicy,
+}
+
+/// An edit of what the source or its policies name, read at once. A
+/// Resolve or Verify under way reads the policies as they are now: its
+/// result decides, and status keeps the old binding until then.
+pub async fn input_changes(
+    ctx: &Context,
+    ns: &str,
+    src: &Source,
+    recorded: &SourceStatus,
+    claim: Option<&ActiveOperation>,
+) -> Vec<InputChange> {
+    let client = &ctx.client;
+    let mut out = Vec::new();
+    let reading_source =
+        claim.is_some_and(|c| matches!(c.type_, OperationType::Resolve | OperationType::Verify));
+    let source_policy = match &src.source_policy_from {
+        Some(p) => inputs::policy(client, ns, p).await.ok().map(|(b, _)| b),
+        None => None,
+    };
+    let policy_moved = src.kind() != Some(SourceKind::OCI)
+        && !inputs::same_policy(recorded.source_policy.as_ref(), source_policy.as_ref());
+    let content_moved = match (&src.config_map, recorded.config_map.as_ref()) {
+        (Some(cm), Some(resolved)) => match snapshot::current_content(client, ns, cm).await {
+            Ok((uid, digest)) => uid != resolved.uid || digest != recorded.content_digest,
+            // Gone or unreadable: the next read says so, naming it.
+            Err(_) => false,
+        },
+        _ => false,
+    };
+    if (policy_moved && !reading_source) || content_moved {
+        out.push(InputChange::Source);
+    }
+    if let (Some(p), Some(evidence), false) = (
+        &src.verification_policy_from,
+        &recorded.verification,
+        reading_source,
+    ) {
+        let current = inputs::policy(client, ns, p).await.ok().map(|(b, _)| b);
+        if !inputs::same_policy(Some(&evidence.policy), current.as_ref()) {
+            out.push(InputChange::VerificationPolicy);
+        }
+    }
+    out
+}
+
+/// The policies a result's bindings name, as they are now.
+pub async fn bindings(ctx: &Context, ns: &str, src: &Source) -> Bindings {
+    let read = |r: Option<&crate::api::common::ConfigMapKeyRef>| {
+        let r = r.cloned();
+        let client = ctx.client.clone();
+        let ns = ns.to_string();
+        async move {
+            match r {
+                Some(r) => inputs::policy(&client, &ns, &r).await.ok().map(|(b, _)| b),
+                None => None,
+            }
+        }
+    };
+    Bindings {
+        source_policy: read(src.source_policy_from.as_ref()).await,
+        verification_policy: read(src.verification_policy_from.as_ref()).await,
+    }
+}
+
+/// The part of the claim the Job carries.
+pub fn claim_input(c: &ActiveOperation) -> ClaimInput {
+    ClaimInput {
+        operation_id: c.operation_id.clone(),
+        input_fingerprint: c.input_fingerprint.clone(),
+        attempt: c.attempt,
+        dispatch_not_after: c.dispatch_not_after.clone(),
+        execution_not_after: c.execution_not_after.clone(),
+    }
+}
+
+/// Where a dispatched claim's Job is.
+#[derive(Debug)]
+pub enum ClaimJob {
+    /// The claim reserves no name.
+    Unnamed,
+    /// Another object holds the reserved name: not ours to read.
+    Foreign,
+    /// Ours and running; its UID.
+    Running(Option<String>),
+    /// Ours and ended.
+    Ended(Box<Job>),
+    /// No Job; whether a result was stored for the attempt.
+    Missing {
+        /// The receiver holds the attempt's result.
+        stored: bool,
+    },
+}
+
+/// Finds the claim's Job under its reserved name.
+pub async fn claim_job(
+    ctx: &Context,
+    ns: &str,
+    owner_uid: &str,
+    c: &ActiveOperation,
+) -> Result<ClaimJob, Error> {
+    let Some(job_name) = c.job_name.as_deref() else {
+        return Ok(ClaimJob::Unnamed);
+    };
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let job = jobs
+        .get_opt(job_name)
+        .await
+        .map_err(kube_err(format!("reading Job {job_name}")))?;
+    Ok(match job {
+        Some(j) if is_job_of_claim(&j, &claim_input(c), owner_uid) => {
+            if super::harvest::terminal(&j) {
+                ClaimJob::Ended(Box::new(j))
+            } else {
+                ClaimJob::Running(j.metadata.uid)
+            }
+        }
+        Some(_) => ClaimJob::Foreign,
+        None => ClaimJob::Missing {
+            stored: stored_result(ctx, ns, c).await?.is_some(),
+        },
+    })
+}
+
+/// The attempt's result, if the receiver stored one.
+pub async fn stored_result(
+    ctx: &Context,
+    ns: &str,
+    c: &ActiveOperation,
+) -> Result<Option<StoredResult>, Error> {
+    Ok(receiver::harvest(&ctx.client, ns, &c.operation_id, c.attempt).await?)
+}
+
+/// The Pod a Job made (its termination messages are the fallback result).
+pub async fn pod_of(ctx: &Context, ns: &str, job: &Job) -> Result<Option<Pod>, Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(uid) = job.metadata.uid.as_deref() else {
+        return Ok(None);
+    };
+    let list = pods
+        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")))
+        .await
+        .map_err(kube_err("listing the Job's Pods"))?;
+    Ok(list.items.into_iter().next())
+}
+
+/// How the one create of a claim's Job went.
+#[derive(Debug)]
+pub enum Dispatched {
+    /// Created, or adopted after a restart: its UID.
+    Created(Option<String>),
+    /// None exists: why, with the reason the machine records.
+    NotBuilt {
+        /// `ConfigurationError`, `PodAdmissionRefused`, …
+        reason: Reason,
+        /// Names what is wrong.
+        message: String,
+    },
+}
+
+/// What the manager checks before it makes a Job: a Git host against the
+/// source policy (Resolve; `Err` is the refusal), and that the snapshot an
+/// operation mounts still holds its bound content.
+pub async fn before_dispatch(
+    ctx: &Context,
+    ns: &str,
+    src: &Source,
+    c: &ActiveOperation,
+) -> Result<Result<Option<Dispatched>, String>, Error> {
+    if c.type_ == OperationType::Resolve
+        && let (Some(git), Some(policy)) = (&src.git, &src.source_policy_from)
+    {
+        return Ok(match inputs::policy(&ctx.client, ns, policy).await {
+            Ok((_, bytes)) => inputs::check_git_host(&bytes, &git.url).map(|()| None),
+            Err(e) => Ok(Some(Dispatched::NotBuilt {
+                reason: Reason::ConfigurationError,
+                message: e.to_string(),
+            })),
+        });
+    }
+    if let Some(b) = &c.source
+        && let Some(name) = &b.snapshot_name
+    {
+        let hold = snapshot::snapshot_still_holds(&ctx.client, ns, name, &b.content_digest)
+            .await
+            .map_err(kube_err(format!("reading snapshot {name}")))?;
+        if let Some(refusal) = hold.refusal() {
+            return Ok(Ok(Some(Dispatched::NotBuilt {
+                reason: Reason::ConfigurationError,
+                message: refusal,
+            })));
+        }
+    }
+    Ok(Ok(None))
+}
+
+/// The one Job create of a claim whose `dispatchStarted` is written: the
+/// receiver's CA where the Pod can mount it, the per-operation token Secret,
+/// then the Job — or the Job this claim made before a restart, adopted by
+/// name. The caller records the UID.
+pub async fn create_job(
+    ctx: &Context,
+    ns: &str,
+    owner: OwnerReference,
+    owner_uid: &str,
+    c: &ActiveOperation,
+    job: &Job,
+) -> Result<Dispatched, Error> {
+    let Some(job_name) = job.metadata.name.clone() else {
+        return Ok(Dispatched::NotBuilt {
+            reason: Reason::ConfigurationError,
+            message: "the Job has no name".into(),
+        });
+    };
+    publish_receiver_ca(ctx, ns).await?;
+    // The Secret is the resource's, but not under its control.
+    let owner = OwnerReference {
+        controller: None,
+        ..owner
+    };
+    let token = ctx.token_key.token(&c.operation_id, c.attempt);
+    let secret = token_secret(ns, &job_name, owner, &token);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    match secrets.create(&PostParams::default(), &secret).await {
+        // The same token again: a restart re-creates what it made.
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(kube_err("creating the result token Secret")(e)),
+    }
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let uid = match jobs.create(&PostParams::default(), job).await {
+        Ok(created) => created.metadata.uid,
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let existing = jobs
+                .get_opt(&job_name)
+                .await
+                .map_err(kube_err(format!("reading Job {job_name}")))?;
+            match existing {
+                Some(j) if is_job_of_claim(&j, &claim_input(c), owner_uid) => j.metadata.uid,
+                _ => {
+                    return Ok(Dispatched::NotBuilt {
+                        reason: Reason::ConfigurationError,
+                        message: format!("a Job named {job_name} exists and is not this claim's"),
+                    });
+                }
+            }
+        }
+        Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => {
+            return Ok(Dispatched::NotBuilt {
+                reason: Reason::PodAdmissionRefused,
+                message: format!("Job {job_name} refused: {}", e.message),
+            });
+        }
+        Err(e) => return Err(kube_err(format!("creating Job {job_name}"))(e)),
+    };
+    tracing::info!(namespace = ns, job = %job_name, operation = ?c.type_, "Job created");
+    ctx.fault(FaultPoint::AfterJobCreate);
+    Ok(Dispatched::Created(uid))
+}
+
+/// The receiver's CA, where this namespace's Pods can mount it.
+async fn publish_receiver_ca(ctx: &Context, ns: &str) -> Result<(), Error> {
+    let cm = receiver_ca_config_map(ns, &ctx.receiver_ca_pem);
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let name = cm.name_any();
+    api.patch(
+        &name,
+        &PatchParams::apply(crate::execution::job::MANAGED_BY).force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .map_err(kube_err(format!("publishing ConfigMap {name}")))?;
+    Ok(())
+}
+
+/// What taking a ConfigMap source's snapshot gave.
+#[derive(Debug)]
+pub enum Snapshot {
+    /// The resolution to record.
+    Taken(Box<SourceStatus>),
+    /// The source policy refused it, naming the rule.
+    Refused(String),
+    /// The source or its policy is misconfigured, naming it.
+    Invalid(String),
+    /// The API server could not be asked; try again soon.
+    Later,
+}
+
+/// Resolve for a ConfigMap source: the manager's snapshot, no Job.
+pub async fn take_snapshot<K>(
+    ctx: &Context,
+    owner: &K,
+    source: Option<&ConfigMapSource>,
+    policy: Option<&crate::api::common::ConfigMapKeyRef>,
+) -> Snapshot
+where
+    K: Resource<DynamicType = ()>,
+{
+    let Some(source) = source else {
+        return Snapshot::Invalid("spec.source.configMap is not set".into());
+    };
+    let owner = match snapshot::Owner::of(owner) {
+        Ok(o) => o,
+        Err(e) => return Snapshot::Invalid(e.to_string()),
+    };
+    match snapshot::resolve_configmap(&ctx.client, &owner, source, policy).await {
+        Ok(res) => Snapshot::Taken(Box::new(res.source_status(Some(now())))),
+        Err(e @ ResolveError::Refused { .. }) => Snapshot::Refused(e.to_string()),
+        Err(e) if e.is_transient() => {
+            tracing::info!(error = %e, "snapshot not taken yet");
+            Snapshot::Later
+        }
+        Err(e) => Snapshot::Invalid(e.to_string()),
+    }
+}
+
+/// Deletes the owner's snapshots that nothing in `named` names any more.
+pub async fn collect_snapshots<K>(ctx: &Context, owner: &K, named: &[String]) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    if let Ok(owner) = snapshot::Owner::of(owner) {
+        snapshot::collect_snapshots(&ctx.client, &owner, named)
+            .await
+            .map_err(kube_err("collecting snapshots"))?;
+    }
+    Ok(())
+}
+
+/// Cleans every ended Job of the resource (found by `selector`) that no
+/// claim attempt waits on: its cleanup TTL, its token Secret, and the stored
+/// results of an operation that is over. A sweep rather than a memory of
+/// the pass, so a manager stopped right after an outcome was written still
+/// cleans up.
+pub async fn sweep(
+    ctx: &Context,
+    ns: &str,
+    owner_uid: &str,
+    selector: &str,
+    claim: Option<&ActiveOperation>,
+) -> Result<(), Error> {
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let list = jobs
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map_err(kube_err("listing the resource's Jobs"))?;
+    for job in list.items {
+        let name = job.name_any();
+        let ours = job
+            .owner_references()
+            .iter()
+            .any(|o| o.uid == owner_uid && o.controller == Some(true));
+        let has_ttl = job
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.ttl_seconds_after_finished.is_some());
+        let current = claim.is_some_and(|c| c.job_name.as_deref() == Some(name.as_str()));
+        if !ours || has_ttl || current || !super::harvest::terminal(&job) {
+            continue;
+        }
+        let ttl = crate::execution::job::harvested_ttl_patch(ctx.config.harvested_ttl_seconds);
+        ok_if_gone(
+            jobs.patch(&name, &PatchParams::default(), &Patch::Merge(&ttl))
+                .await,
+        )
+        .map_err(kube_err(format!("setting the TTL of Job {name}")))?;
+        let secret = receiver::token_secret_name(&name);
+        ok_if_gone(secrets.delete(&secret, &Default::default()).await)
+            .map_err(kube_err(format!("deleting Secret {secret}")))?;
+        let op = job
+            .annotations()
+            .get(crate::execution::job::ANNOTATION_OPERATION_ID)
+            .cloned();
+        if let Some(op) = op
+            && claim.is_none_or(|c| c.operation_id != op)
+        {
+            receiver::discard(&ctx.client, ns, &op).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A delete or patch of what is already gone did what it meant to.
+fn ok_if_gone<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Publishes an Event about `obj`; best effort: status and the journal are
+/// the record.
+pub async fn event<K>(ctx: &Context, obj: &K, warning: bool, reason: Reason, message: String)
+where
+    K: Resource<DynamicType = ()>,
+{
+    let ev = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: format!("{reason:?}"),
+        note: Some(message),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
+        tracing::warn!(object = %obj.name_any(), error = %e, "event not published");
+    }
+}
+
+/// Adds or removes `finalizer`, guarded by the object's resourceVersion;
+/// answers the object as stored when it wrote.
+pub async fn set_finalizer<K>(
+    api: &Api<K>,
+    obj: &K,
+    finalizer: &str,
+    want: bool,
+) -> Result<Option<K>, Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    let has = obj.finalizers().iter().any(|f| f == finalizer);
+    if has == want {
+        return Ok(None);
+    }
+    let mut list: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .cloned()
+        .collect();
+    if want {
+        list.push(finalizer.into());
+    }
+    let patch = serde_json::json!({
+        "metadata": {
+            "finalizers": list,
+            "resourceVersion": obj.meta().resource_version,
+        }
+    });
+    let name = obj.name_any();
+    let stored = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err(format!("updating the finalizer of {name}")))?;
+    Ok(Some(stored))
+}
+
+/// Whether a dispatched claim's Job still runs: deletion waits for an Apply
+/// (and a proof's read) to end, so the database is never left in a state
+/// nothing recorded.
+pub async fn job_still_runs(ctx: &Context, ns: &str, c: &ActiveOperation) -> Result<bool, Error> {
+    let Some(name) = &c.job_name else {
+        return Ok(false);
+    };
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let job = jobs
+        .get_opt(name)
+        .await
+        .map_err(kube_err(format!("reading Job {name}")))?;
+    Ok(job.as_ref().is_some_and(|j| !super::harvest::terminal(j)))
+}
+
+/// Releases the Lease a claim holds and any release owed (deletion).
+pub async fn release_held(
+    ctx: &Context,
+    claim: Option<&ActiveOperation>,
+    owed: Option<&crate::api::status::PendingLockRelease>,
+) -> Result<(), Error> {
+    let held = claim.and_then(|c| {
+        Some(crate::api::status::PendingLockRelease {
+            coordination_digest: c.coordination_digest.clone()?,
+            operation_id: c.operation_id.clone(),
+            lease_epoch: c.lease_epoch.clone()?,
+            lease_duration_seconds: c.lease_duration_seconds.unwrap_or(15),
+        })
+    });
+    for release in held.iter().chain(owed) {
+        ctx.leases.release(release).await?;
+    }
+    Ok(())
+}
