@@ -129,6 +129,10 @@ async fn main() -> anyhow::Result<()> {
         "/admission/",
         ptah_operator::admission::handler(client.clone()),
     );
+    let routes = routes.route(
+        ptah_operator::execution::receiver::PLANS_PATH,
+        Arc::new(Receiver::new(client.clone(), key.clone())).plan_handler(),
+    );
     let ca_pem = tls.ca_pem.clone();
     let server = tokio::spawn(async move { server::serve(listener, &tls, routes, 9 << 20).await });
     let holder = args

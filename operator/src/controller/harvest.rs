@@ -81,26 +81,44 @@ pub fn from_result(
     Harvest::Observed(observation(op, doc, job_uid, bindings, now))
 }
 
-fn observation(
+/// What a Resolve or Verify result says, for either family's machine.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceRead {
+    /// Resolve pinned the commit or digest.
+    Resolved(Box<SourceStatus>),
+    /// Resolve refused the source, naming the rule.
+    Refused(String),
+    /// Verify accepted the artifact.
+    Verified(Box<VerificationEvidence>),
+    /// Verify refused it, naming the rule.
+    VerificationRefused(String),
+    /// Verified under a policy that is no longer the one named.
+    PolicyChanged,
+    /// The read failed.
+    Failed {
+        /// `ResolveFailed`, `OperationFailed`.
+        reason: Reason,
+        /// Why.
+        message: String,
+    },
+}
+
+/// The message of a result that did not succeed.
+pub fn message_of(doc: &ResultDocument) -> String {
+    doc.error
+        .as_ref()
+        .map(|e| e.message.clone())
+        .unwrap_or_else(|| format!("{} ended {:?}", doc.step, doc.outcome))
+}
+
+/// What a Resolve or Verify result says; `None` for other operations.
+pub fn source_read(
     op: OperationType,
     doc: &ResultDocument,
-    job_uid: Option<String>,
     bindings: &Bindings,
     now: &Time,
-) -> Observation {
-    let message = || {
-        doc.error
-            .as_ref()
-            .map(|e| e.message.clone())
-            .unwrap_or_else(|| format!("{} ended {:?}", doc.step, doc.outcome))
-    };
-    if op == OperationType::Apply {
-        return Observation::ApplyEnded {
-            reported_success: doc.outcome == Outcome::Succeeded,
-            job_uid,
-        };
-    }
-    match (op, doc.outcome, doc.result.as_ref()) {
+) -> Option<SourceRead> {
+    Some(match (op, doc.outcome, doc.result.as_ref()) {
         (
             OperationType::Resolve,
             Outcome::Succeeded,
@@ -109,40 +127,75 @@ fn observation(
                 source_policy_digest,
             }),
         ) => match git_status(resolution, source_policy_digest.as_deref(), bindings, now) {
-            Ok(src) => Observation::SourceResolved(src),
-            Err(e) => job_failed(Reason::ResolveFailed, e),
+            Ok(src) => SourceRead::Resolved(Box::new(src)),
+            Err(message) => SourceRead::Failed {
+                reason: Reason::ResolveFailed,
+                message,
+            },
         },
         (
             OperationType::Resolve,
             Outcome::Succeeded,
             Some(StepOutput::OciResolved { resolution }),
-        ) => Observation::SourceResolved(oci_status(resolution, now)),
-        (OperationType::Resolve, Outcome::Refused, _) => {
-            Observation::SourceRefused { message: message() }
-        }
-        (OperationType::Resolve, _, _) => job_failed(Reason::ResolveFailed, message()),
+        ) => SourceRead::Resolved(Box::new(oci_status(resolution, now))),
+        (OperationType::Resolve, Outcome::Refused, _) => SourceRead::Refused(message_of(doc)),
+        (OperationType::Resolve, _, _) => SourceRead::Failed {
+            reason: Reason::ResolveFailed,
+            message: message_of(doc),
+        },
         (
             OperationType::Verify,
             Outcome::Succeeded,
             Some(StepOutput::OciVerified { evidence, .. }),
-        ) => {
-            match bindings.verification_policy.as_ref() {
-                Some(policy) if policy.digest == evidence.policy_digest => {
-                    Observation::VerificationSatisfied(verification(evidence, policy, now))
-                }
-                // Verified under a policy that is no longer the one named.
-                _ => Observation::VerificationPolicyChanged,
+        ) => match bindings.verification_policy.as_ref() {
+            Some(policy) if policy.digest == evidence.policy_digest => {
+                SourceRead::Verified(Box::new(verification(evidence, policy, now)))
             }
-        }
+            _ => SourceRead::PolicyChanged,
+        },
         (OperationType::Verify, Outcome::Refused, _) => {
-            Observation::VerificationRefused { message: message() }
+            SourceRead::VerificationRefused(message_of(doc))
         }
+        (OperationType::Verify, _, _) => SourceRead::Failed {
+            reason: Reason::OperationFailed,
+            message: message_of(doc),
+        },
+        _ => return None,
+    })
+}
+
+fn observation(
+    op: OperationType,
+    doc: &ResultDocument,
+    job_uid: Option<String>,
+    bindings: &Bindings,
+    now: &Time,
+) -> Observation {
+    if op == OperationType::Apply {
+        return Observation::ApplyEnded {
+            reported_success: doc.outcome == Outcome::Succeeded,
+            job_uid,
+        };
+    }
+    if let Some(read) = source_read(op, doc, bindings, now) {
+        return match read {
+            SourceRead::Resolved(src) => Observation::SourceResolved(*src),
+            SourceRead::Refused(message) => Observation::SourceRefused { message },
+            SourceRead::Verified(e) => Observation::VerificationSatisfied(*e),
+            SourceRead::VerificationRefused(message) => {
+                Observation::VerificationRefused { message }
+            }
+            SourceRead::PolicyChanged => Observation::VerificationPolicyChanged,
+            SourceRead::Failed { reason, message } => job_failed(reason, message),
+        };
+    }
+    match (op, doc.outcome, doc.result.as_ref()) {
         (
             OperationType::Observe,
             Outcome::Succeeded,
             Some(StepOutput::DriftObserved { report }),
         ) => Observation::DriftObserved(target_status(report, now)),
-        (_, _, _) => job_failed(Reason::OperationFailed, message()),
+        _ => job_failed(Reason::OperationFailed, message_of(doc)),
     }
 }
 
@@ -155,13 +208,15 @@ pub fn without_result(op: OperationType, job: &Job, pod: Option<&Pod>) -> Observ
             job_uid: job.metadata.uid.clone(),
         };
     }
-    // A lost result is safe for a read: it runs again.
-    job_failed(
-        Reason::OperationFailed,
-        format!(
-            "no result reached the receiver; {}",
-            termination_message(job, pod)
-        ),
+    job_failed(Reason::OperationFailed, lost_result(job, pod))
+}
+
+/// Why a read's Job left no result: a lost result is safe for a read, which
+/// runs again.
+pub fn lost_result(job: &Job, pod: Option<&Pod>) -> String {
+    format!(
+        "no result reached the receiver; {}",
+        termination_message(job, pod)
     )
 }
 

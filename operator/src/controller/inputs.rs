@@ -7,14 +7,13 @@ use kube::api::Api;
 use supplychain::source_policy::{SourcePolicy, policy_digest};
 
 use crate::api::common::ConfigMapKeyRef;
-use crate::api::schema::PtahSchema;
 use crate::api::source::PolicyBinding;
+use crate::api::source::Source;
 
-/// Whether `schema` names the ConfigMap `name` (its namespace's): the source,
+/// Whether a source names the ConfigMap `name` (its namespace's): the source,
 /// the source policy or the verification policy. A watch event on it wakes
 /// the schema, so an edit is read at once.
-pub fn names_config_map(schema: &PtahSchema, name: &str) -> bool {
-    let src = &schema.spec.source;
+pub fn names_config_map(src: &Source, name: &str) -> bool {
     src.config_map.as_ref().is_some_and(|c| c.name == name)
         || src
             .source_policy_from

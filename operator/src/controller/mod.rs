@@ -17,6 +17,8 @@
 mod dispatch;
 mod harvest;
 mod inputs;
+mod migration;
+mod migration_dispatch;
 mod runtime;
 mod schema;
 
@@ -33,8 +35,11 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
+use crate::api::common::Target;
+use crate::api::migration::PtahMigration;
 use crate::api::realm::PtahRealm;
 use crate::api::schema::PtahSchema;
+use crate::api::source::Source;
 use crate::api::status::ExecutionBinding;
 use crate::execution::job::{Images, LABEL_MANAGED_BY, MANAGED_BY};
 use crate::execution::lease::Leases;
@@ -170,21 +175,51 @@ fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     }
 }
 
-/// Runs the PtahSchema controller until the watches end.
+/// Runs the PtahSchema and PtahMigration controllers until their watches end.
 pub async fn run(ctx: Arc<Context>) {
+    let schemas = family(
+        ctx.clone(),
+        |s: &PtahSchema| (&s.spec.source, &s.spec.target),
+        schema::reconcile,
+    );
+    let migrations = family(
+        ctx,
+        |m: &PtahMigration| (&m.spec.source, &m.spec.target),
+        migration::reconcile,
+    );
+    futures::join!(schemas, migrations);
+}
+
+/// The API of a namespaced kind: one namespace, or all.
+fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// One family's controller: its resources, the Jobs they own, and the
+/// ConfigMaps and PtahRealms they name, each event waking the resources
+/// that name it.
+async fn family<K, R, F>(ctx: Arc<Context>, names: fn(&K) -> (&Source, &Target), reconcile: R)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    R: FnMut(Arc<K>, Arc<Context>) -> F,
+    F: std::future::Future<Output = Result<Action, Error>> + Send + 'static,
+{
     let client = ctx.client.clone();
     let scoped = ctx.config.watch_namespace.clone();
-    fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
-        match ns {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
-    }
     let ns = scoped.as_deref();
-    let controller = Controller::new(api::<PtahSchema>(&client, ns), watcher::Config::default());
+    let controller = Controller::new(api::<K>(&client, ns), watcher::Config::default());
     let store = controller.store();
     let by_config_map = store.clone();
     let by_realm = store;
@@ -202,9 +237,9 @@ pub async fn run(ctx: Arc<Context>) {
                 by_config_map
                     .state()
                     .into_iter()
-                    .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
-                    .filter(|s| inputs::names_config_map(s, &name))
-                    .map(|s| ObjectRef::from_obj(&*s))
+                    .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+                    .filter(|r| inputs::names_config_map(names(r).0, &name))
+                    .map(|r| ObjectRef::from_obj(&*r))
                     .collect::<Vec<_>>()
             },
         )
@@ -216,26 +251,26 @@ pub async fn run(ctx: Arc<Context>) {
                 by_realm
                     .state()
                     .into_iter()
-                    .filter(|s| {
-                        s.spec.target.realm_ref.as_ref().map(|r| r.name.as_str())
+                    .filter(|r| {
+                        names(r).1.realm_ref.as_ref().map(|x| x.name.as_str())
                             == Some(name.as_str())
                     })
-                    .map(|s| ObjectRef::from_obj(&*s))
+                    .map(|r| ObjectRef::from_obj(&*r))
                     .collect::<Vec<_>>()
             },
         )
         .shutdown_on_signal()
-        .run(schema::reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
             match res {
-                Ok((obj, _)) => tracing::debug!(schema = %obj, "reconciled"),
+                Ok((obj, _)) => tracing::debug!(object = %obj, "reconciled"),
                 Err(e) => tracing::warn!(error = %e, "reconcile failed"),
             }
         })
         .await;
 }
 
-fn error_policy(_obj: Arc<PtahSchema>, error: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy<K>(_obj: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::warn!(%error, "pass failed; retrying");
     Action::requeue(Duration::from_secs(2))
 }

@@ -25,7 +25,7 @@ use crate::api::realm::PtahRealm;
 use crate::api::schema::PtahSchema;
 use crate::api::source::{ConfigMapSource, Source, SourceKind, SourceStatus};
 use crate::api::status::{ActiveOperation, OperationType};
-use crate::execution::job::{ClaimInput, is_job_of_claim};
+use crate::execution::job::{ClaimInput, build_job, is_job_of_claim};
 use crate::execution::receiver::{self, StoredResult, receiver_ca_config_map, token_secret};
 use crate::execution::snapshot::{self, ResolveError};
 use crate::lifecycle::realm::{self, Claimant, RealmVerdict};
@@ -614,5 +614,89 @@ pub async fn release_held(
     for release in held.iter().chain(owed) {
         ctx.leases.release(release).await?;
     }
+    Ok(())
+}
+
+/// How dispatching a claim went, for the family's machine.
+#[derive(Debug)]
+pub enum Dispatch {
+    /// The source was refused before any Job (a Git host), naming the rule.
+    Refused(String),
+    /// No Job exists: why.
+    NotBuilt {
+        /// `ConfigurationError`, `PodAdmissionRefused`, …
+        reason: Reason,
+        /// Names what is wrong.
+        message: String,
+    },
+    /// The one Job exists; its UID, to record on the claim.
+    Created(Option<String>),
+}
+
+/// Dispatches a claim whose `dispatchStarted` is written: the manager's
+/// checks, the Job built from `input`, and its one create (or adoption).
+pub async fn dispatch<K>(
+    ctx: &Context,
+    obj: &K,
+    src: &Source,
+    c: &ActiveOperation,
+    input: Result<crate::execution::job::JobInput, String>,
+) -> Result<Dispatch, Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    ctx.fault(FaultPoint::AfterClaim);
+    let ns = obj.namespace().unwrap_or_default();
+    let owner_uid = obj.meta().uid.clone().unwrap_or_default();
+    let dispatched = match before_dispatch(ctx, &ns, src, c).await? {
+        Err(message) => return Ok(Dispatch::Refused(message)),
+        Ok(Some(refused)) => refused,
+        Ok(None) => match input.and_then(|i| build_job(&i).map_err(|e| e.to_string())) {
+            Err(message) => Dispatched::NotBuilt {
+                reason: Reason::ConfigurationError,
+                message,
+            },
+            Ok(job) => {
+                let owner = obj
+                    .controller_owner_ref(&())
+                    .ok_or_else(|| Error::NotStored(obj.name_any()))?;
+                create_job(ctx, &ns, owner, &owner_uid, c, &job).await?
+            }
+        },
+    };
+    Ok(match dispatched {
+        Dispatched::NotBuilt { reason, message } => Dispatch::NotBuilt { reason, message },
+        Dispatched::Created(uid) => Dispatch::Created(uid),
+    })
+}
+
+/// Sets one condition of an approval (schema or migration) through its
+/// status: `Stale` when its plan retired, `Consumed` when an Apply spent it.
+pub async fn mark_approval<K>(
+    api: &Api<K>,
+    mut a: K,
+    status: impl FnOnce(&mut K) -> &mut Option<crate::api::approval::ApprovalStatus>,
+    type_: crate::api::condition::ApprovalConditionType,
+    reason: Reason,
+    message: &str,
+) -> Result<(), Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    let name = a.name_any();
+    let generation = a.meta().generation;
+    let st = status(&mut a).get_or_insert_with(Default::default);
+    crate::lifecycle::conditions::set(
+        &mut st.conditions,
+        type_,
+        crate::api::condition::ConditionStatus::True,
+        reason,
+        message,
+        generation,
+        &now(),
+    );
+    api.replace_status(&name, &PostParams::default(), &a)
+        .await
+        .map_err(kube_err(format!("marking approval {name} {type_:?}")))?;
     Ok(())
 }

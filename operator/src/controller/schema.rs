@@ -8,12 +8,12 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
 
 use super::harvest::{self, Harvest};
-use super::runtime::{self, ClaimJob, Dispatched, InputChange, Requeue, Snapshot};
+use super::runtime::{self, ClaimJob, Dispatch, InputChange, Requeue, Snapshot};
 use super::{Context, Error, FaultPoint, dispatch, kube_err};
 use crate::api::annotations::{SCHEMA_FINALIZER, SETTLED_APPLY};
 use crate::api::approval::PtahSchemaApproval;
@@ -22,7 +22,6 @@ use crate::api::condition::{ConditionStatus, Reason, SchemaConditionType, Schema
 use crate::api::plan::PtahSchemaPlan;
 use crate::api::schema::{PtahSchema, PtahSchemaStatus, TargetStatus};
 use crate::api::status::{ActiveOperation, Authorization, OperationType, PendingLockRelease};
-use crate::execution::job::build_job;
 use crate::execution::lease::Acquired;
 use crate::execution::plan;
 use crate::lifecycle::conditions;
@@ -560,39 +559,21 @@ impl Pass<'_> {
 
     /// The one Job create of a claim whose `dispatchStarted` is written.
     async fn dispatch(&mut self, c: &ActiveOperation) -> Result<Option<Observation>, Error> {
-        self.ctx.fault(FaultPoint::AfterClaim);
-        let checked =
-            runtime::before_dispatch(self.ctx, &self.ns, &self.obj.spec.source, c).await?;
-        let dispatched = match checked {
-            Err(message) => return Ok(Some(Observation::SourceRefused { message })),
-            Ok(Some(refused)) => refused,
-            Ok(None) => match dispatch::job_input(&self.obj, c, &self.ctx.config)
-                .map_err(|e| e.to_string())
-                .and_then(|input| build_job(&input).map_err(|e| e.to_string()))
-            {
-                Err(message) => Dispatched::NotBuilt {
-                    reason: Reason::ConfigurationError,
-                    message,
-                },
-                Ok(job) => {
-                    let owner = self
-                        .obj
-                        .controller_owner_ref(&())
-                        .ok_or_else(|| Error::NotStored(self.name()))?;
-                    runtime::create_job(self.ctx, &self.ns, owner, &self.uid(), c, &job).await?
+        let input = dispatch::job_input(&self.obj, c, &self.ctx.config).map_err(|e| e.to_string());
+        let src = self.obj.spec.source.clone();
+        Ok(
+            match runtime::dispatch(self.ctx, &self.obj, &src, c, input).await? {
+                Dispatch::Refused(message) => Some(Observation::SourceRefused { message }),
+                Dispatch::NotBuilt { reason, message } => {
+                    Some(Observation::JobNotBuilt { reason, message })
+                }
+                Dispatch::Created(uid) => {
+                    self.record_job_uid(c, uid).await?;
+                    self.ctx.fault(FaultPoint::AfterJobUid);
+                    None
                 }
             },
-        };
-        match dispatched {
-            Dispatched::NotBuilt { reason, message } => {
-                Ok(Some(Observation::JobNotBuilt { reason, message }))
-            }
-            Dispatched::Created(uid) => {
-                self.record_job_uid(c, uid).await?;
-                self.ctx.fault(FaultPoint::AfterJobUid);
-                Ok(None)
-            }
-        }
+        )
     }
 
     async fn record_job_uid(
@@ -684,29 +665,12 @@ impl Pass<'_> {
     async fn mark_approval(
         &self,
         api: &Api<PtahSchemaApproval>,
-        mut a: PtahSchemaApproval,
+        a: PtahSchemaApproval,
         type_: ApprovalConditionType,
         reason: Reason,
         message: &str,
     ) -> Result<(), Error> {
-        let name = a.name_any();
-        let generation = a.metadata.generation;
-        let st = a.status.get_or_insert_with(Default::default);
-        conditions::set(
-            &mut st.conditions,
-            type_,
-            ConditionStatus::True,
-            reason,
-            message,
-            generation,
-            &now(),
-        );
-        api.replace_status(&name, &PostParams::default(), &a)
-            .await
-            .map_err(kube_err(format!(
-                "marking PtahSchemaApproval {name} {type_:?}"
-            )))?;
-        Ok(())
+        runtime::mark_approval(api, a, |a| &mut a.status, type_, reason, message).await
     }
 
     async fn event(&self, warning: bool, reason: Reason, message: String) {

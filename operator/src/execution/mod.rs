@@ -6,6 +6,7 @@
 pub mod examples;
 pub mod job;
 pub mod lease;
+pub mod migration_plan;
 pub mod plan;
 pub mod receiver;
 pub mod snapshot;

@@ -25,6 +25,21 @@
 //!   length and SHA-256 and answers the typed document; [`discard`] deletes
 //!   them once the controller recorded the outcome.
 //!
+//! * **Plan bytes for Apply.** `GET` [`plan_path`] (`/v1/plans/<namespace>/
+//!   <kind>/<name>/<operation id>/<attempt>`) with `Authorization: Bearer`
+//!   (the same token) and the calling Pod in [`POD_NAME_HEADER`] /
+//!   [`POD_UID_HEADER`]. Refused unless the token is the operation's (`401`),
+//!   the resource's claim is that operation and attempt, an Apply naming
+//!   `planName` and `planFingerprint`, and `status.plan` is that plan
+//!   (`409`), and the Pod is the claim's Job's (`409`); a PtahMigration's
+//!   Apply runs a sequence, not bytes (`404`). The answer is exactly what
+//!   [`crate::execution::plan::read_back`] reassembles and verifies against
+//!   `status.plan.contentDigest`, with [`CONTENT_SHA256_HEADER`] and
+//!   [`PLAN_FINGERPRINT_HEADER`]; a plan that does not read back is refused
+//!   (`409` [`REASON_PLAN_REFUSED`], naming the plan or chunk). The seed:
+//!   "Apply reconstructs and hashes the published bytes immediately before
+//!   executing them".
+//!
 //! Neither the token nor the body is ever logged or echoed.
 
 use std::collections::BTreeMap;
@@ -44,12 +59,14 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::api::migration::PtahMigration;
-use crate::api::schema::PtahSchema;
-use crate::api::status::ActiveOperation;
+use crate::api::schema::{PtahSchema, SchemaPlanSummary};
+use crate::api::status::{ActiveOperation, OperationType};
 use crate::execution::job::{
     ANNOTATION_ATTEMPT, ANNOTATION_OPERATION_ID, LABEL_COMPONENT, LABEL_MANAGED_BY,
     LABEL_OPERATION_ID, MANAGED_BY, RESULT_TOKEN_KEY,
 };
+use crate::execution::plan::{self, PlanError};
+use crate::runner::cli::ResourceRef;
 use crate::runner::{OperationRef, RESULT_API_VERSION, ResultDocument};
 
 /// Where the runner posts its result.
@@ -73,6 +90,19 @@ pub const TOKEN_COMPONENT: &str = "result-token";
 pub const REASON_STORED: &str = "Stored";
 /// Answer reason (409): these exact bytes were stored before.
 pub const REASON_ALREADY_STORED: &str = "AlreadyStored";
+/// Where an Apply runner fetches its plan's bytes: [`plan_path`] below it.
+pub const PLANS_PATH: &str = "/v1/plans/";
+/// The header naming the Pod that fetches a plan.
+pub const POD_NAME_HEADER: &str = "x-ptah-pod-name";
+/// The header giving that Pod's UID.
+pub const POD_UID_HEADER: &str = "x-ptah-pod-uid";
+/// The header of a plan answer: the plan's name.
+pub const PLAN_NAME_HEADER: &str = "x-ptah-plan-name";
+/// The header of a plan answer: the plan's fingerprint.
+pub const PLAN_FINGERPRINT_HEADER: &str = "x-ptah-plan-fingerprint";
+/// Answer reason (409): the plan did not read back (a chunk missing,
+/// altered, foreign or extra, or other bytes than the claim's digest).
+pub const REASON_PLAN_REFUSED: &str = "PlanRefused";
 
 /// Domain separation of the token MAC from any other use of the key.
 const TOKEN_DOMAIN: &[u8] = b"ptah.run/result-token/v1\0";
@@ -458,11 +488,15 @@ pub fn check_pod(pod: &Pod, op: &OperationRef, job_name: &str) -> Result<(), Ref
             "operation.podUid is not the UID of the Pod operation.podName names",
         ));
     }
-    let owned = pod.metadata.owner_references.iter().flatten().any(|o| {
-        o.kind == "Job"
-            && o.name == job_name
-            && op.job_uid.as_deref().is_none_or(|uid| o.uid == uid)
-    });
+    check_owner_job(pod, op.job_uid.as_deref(), job_name)
+}
+
+/// The Pod is owned by the Job `job_name` (of UID `job_uid`, when known).
+fn check_owner_job(pod: &Pod, job_uid: Option<&str>, job_name: &str) -> Result<(), Refusal> {
+    let owned =
+        pod.metadata.owner_references.iter().flatten().any(|o| {
+            o.kind == "Job" && o.name == job_name && job_uid.is_none_or(|uid| o.uid == uid)
+        });
     if !owned {
         return Err(conflict(
             "PodMismatch",
@@ -470,6 +504,261 @@ pub fn check_pod(pod: &Pod, op: &OperationRef, job_name: &str) -> Result<(), Ref
         ));
     }
     Ok(())
+}
+
+/// The path an Apply runner fetches its plan from:
+/// `/v1/plans/<namespace>/<kind>/<name>/<operation id>/<attempt>`.
+pub fn plan_path(resource: &ResourceRef, operation_id: &str, attempt: i32) -> String {
+    format!(
+        "{PLANS_PATH}{}/{}/{}/{operation_id}/{attempt}",
+        resource.namespace, resource.kind, resource.name
+    )
+}
+
+/// A plan request checked for form; the token is checked after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanRequest {
+    /// The resource whose claim names the plan.
+    pub resource: ResourceRef,
+    /// The claim's operation id.
+    pub operation_id: String,
+    /// The claim's attempt.
+    pub attempt: i32,
+    /// The bearer token presented.
+    pub token: String,
+    /// The Pod that asks ([`POD_NAME_HEADER`]).
+    pub pod_name: String,
+    /// Its UID ([`POD_UID_HEADER`]).
+    pub pod_uid: String,
+}
+
+/// A Kubernetes name in a path segment: a DNS subdomain's characters.
+fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.'))
+}
+
+/// Checks everything about a plan request that needs no key and no API:
+/// each refusal names what is wrong.
+pub fn check_plan_request(req: &Request<Bytes>) -> Result<PlanRequest, Refusal> {
+    if req.method() != Method::GET {
+        return Err(refuse(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Method",
+            format!("{PLANS_PATH} takes GET only"),
+        ));
+    }
+    let not_found = || {
+        refuse(
+            StatusCode::NOT_FOUND,
+            "Path",
+            format!("plans are at {PLANS_PATH}<namespace>/<kind>/<name>/<operation id>/<attempt>"),
+        )
+    };
+    let rest = req
+        .uri()
+        .path()
+        .strip_prefix(PLANS_PATH)
+        .ok_or_else(not_found)?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    let [namespace, kind, name, operation_id, attempt] = parts.as_slice() else {
+        return Err(not_found());
+    };
+    if !is_name(namespace) || !is_name(name) {
+        return Err(bad(
+            "Path",
+            "the namespace and name must be Kubernetes names",
+        ));
+    }
+    if operation_hex(operation_id).is_none() {
+        return Err(bad("Path", "the operation id must be sha256:<64 hex>"));
+    }
+    let attempt: i32 = attempt
+        .parse()
+        .ok()
+        .filter(|a| *a >= 1)
+        .ok_or_else(|| bad("Path", "the attempt must be a number from 1"))?;
+    let headers = req.headers();
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let token = text(header::AUTHORIZATION.as_str())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            refuse(
+                StatusCode::UNAUTHORIZED,
+                "Token",
+                "Authorization: Bearer <token> is required",
+            )
+        })?;
+    let pod_name = text(POD_NAME_HEADER)
+        .filter(|n| is_name(n))
+        .ok_or_else(|| bad("Pod", "X-Ptah-Pod-Name must name the calling Pod"))?;
+    let pod_uid = text(POD_UID_HEADER)
+        .ok_or_else(|| bad("Pod", "X-Ptah-Pod-UID must give the calling Pod's UID"))?;
+    Ok(PlanRequest {
+        resource: ResourceRef {
+            kind: (*kind).to_string(),
+            namespace: (*namespace).to_string(),
+            name: (*name).to_string(),
+        },
+        operation_id: (*operation_id).to_string(),
+        attempt,
+        token: token.to_string(),
+        pod_name: pod_name.to_string(),
+        pod_uid: pod_uid.to_string(),
+    })
+}
+
+/// The plan an Apply claim names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedPlan {
+    /// `planName`.
+    pub name: String,
+    /// `planFingerprint`.
+    pub fingerprint: String,
+    /// `planUID`, when the claim records it.
+    pub uid: Option<String>,
+    /// The claim's Job.
+    pub job_name: String,
+    /// Its UID, once recorded.
+    pub job_uid: Option<String>,
+}
+
+/// The claim must be this operation and attempt, an Apply naming its plan
+/// and its Job.
+pub fn check_apply_claim(
+    claim: Option<&ActiveOperation>,
+    req: &PlanRequest,
+) -> Result<ClaimedPlan, Refusal> {
+    let Some(claim) = claim else {
+        return Err(conflict(
+            "NotClaimed",
+            "the resource claims no operation (status.activeOperation)",
+        ));
+    };
+    if claim.operation_id != req.operation_id {
+        return Err(conflict(
+            "NotClaimed",
+            "the operation id is not the claimed operation (status.activeOperation.operationID)",
+        ));
+    }
+    if claim.attempt != req.attempt {
+        return Err(conflict(
+            "ClaimMismatch",
+            format!(
+                "attempt {} is not the claimed attempt {}",
+                req.attempt, claim.attempt
+            ),
+        ));
+    }
+    if claim.type_ != OperationType::Apply {
+        return Err(conflict(
+            "ClaimMismatch",
+            format!(
+                "the claim is a {:?}, not an Apply (status.activeOperation.type)",
+                claim.type_
+            ),
+        ));
+    }
+    let (Some(name), Some(fingerprint)) = (&claim.plan_name, &claim.plan_fingerprint) else {
+        return Err(conflict(
+            "ClaimMismatch",
+            "the Apply claim names no plan (planName, planFingerprint)",
+        ));
+    };
+    let job_name = claim
+        .job_name
+        .clone()
+        .ok_or_else(|| conflict("ClaimMismatch", "the claim names no Job (jobName)"))?;
+    Ok(ClaimedPlan {
+        name: name.clone(),
+        fingerprint: fingerprint.clone(),
+        uid: claim.plan_uid.clone(),
+        job_name,
+        job_uid: claim.job_uid.clone(),
+    })
+}
+
+/// `status.plan` must be the claim's plan (name, fingerprint, UID when the
+/// claim records it) with its content digest: the digest the bytes are
+/// read back against.
+pub fn check_current_plan(
+    current: Option<&SchemaPlanSummary>,
+    claimed: &ClaimedPlan,
+) -> Result<String, Refusal> {
+    let moved = |what: &str| {
+        conflict(
+            "PlanMoved",
+            format!(
+                "status.plan is not the plan the Apply claim names ({what} differs from planName {})",
+                claimed.name
+            ),
+        )
+    };
+    let plan = current.ok_or_else(|| moved("no status.plan"))?;
+    if plan.name != claimed.name {
+        return Err(moved("status.plan.name"));
+    }
+    if plan.fingerprint != claimed.fingerprint {
+        return Err(moved("status.plan.fingerprint"));
+    }
+    if claimed.uid.as_ref().is_some_and(|uid| *uid != plan.uid) {
+        return Err(moved("status.plan.uid"));
+    }
+    plan.content_digest.clone().ok_or_else(|| {
+        conflict(
+            "PlanMoved",
+            "status.plan.contentDigest is not recorded: no bytes to read back",
+        )
+    })
+}
+
+/// The Pod must be the one named, with the UID given, owned by the claim's
+/// Job.
+pub fn check_plan_pod(pod: &Pod, req: &PlanRequest, claimed: &ClaimedPlan) -> Result<(), Refusal> {
+    if pod.metadata.uid.as_deref() != Some(req.pod_uid.as_str()) {
+        return Err(conflict(
+            "PodMismatch",
+            "X-Ptah-Pod-UID is not the UID of the Pod X-Ptah-Pod-Name names",
+        ));
+    }
+    check_owner_job(pod, claimed.job_uid.as_deref(), &claimed.job_name)
+}
+
+/// The refusal of a plan that did not read back: transient failures are
+/// `503` (the runner retries), anything else names the plan or chunk.
+fn plan_refusal(e: &PlanError) -> Refusal {
+    if e.is_transient() {
+        refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Unavailable",
+            format!("reading the plan: {e}"),
+        )
+    } else {
+        conflict(REASON_PLAN_REFUSED, e.to_string())
+    }
+}
+
+/// A plan's bytes as the receiver answers them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanBytes {
+    /// The PtahSchemaPlan.
+    pub name: String,
+    /// Its fingerprint.
+    pub fingerprint: String,
+    /// The bytes, read back and verified.
+    pub bytes: Vec<u8>,
+    /// `sha256:<hex>` of the bytes (`status.plan.contentDigest`).
+    pub sha256: String,
 }
 
 /// The index ConfigMap's name of (operation id, attempt).
@@ -807,6 +1096,119 @@ impl Receiver {
                 );
                 response
             })
+        })
+    }
+
+    /// The handler for [`PLANS_PATH`] on [`crate::server::serve`]: the
+    /// plan's bytes, or a JSON [`Answer`] saying why not.
+    pub fn plan_handler(self: Arc<Self>) -> crate::server::Handler {
+        Arc::new(move |req| {
+            let me = self.clone();
+            Box::pin(async move {
+                match me.plan_bytes(req).await {
+                    Ok(plan) => {
+                        let mut response = Response::new(Bytes::from(plan.bytes));
+                        let headers = response.headers_mut();
+                        headers.insert(
+                            header::CONTENT_TYPE,
+                            header::HeaderValue::from_static("application/octet-stream"),
+                        );
+                        for (name, value) in [
+                            (CONTENT_SHA256_HEADER, plan.sha256),
+                            (PLAN_NAME_HEADER, plan.name),
+                            (PLAN_FINGERPRINT_HEADER, plan.fingerprint),
+                        ] {
+                            if let Ok(v) = header::HeaderValue::from_str(&value) {
+                                headers.insert(name, v);
+                            }
+                        }
+                        response
+                    }
+                    Err(r) => {
+                        let answer = Answer {
+                            reason: r.reason.into(),
+                            message: r.message,
+                        };
+                        let body = serde_json::to_vec(&answer).unwrap_or_default();
+                        let mut response = Response::new(Bytes::from(body));
+                        *response.status_mut() = r.status;
+                        response.headers_mut().insert(
+                            header::CONTENT_TYPE,
+                            header::HeaderValue::from_static("application/json"),
+                        );
+                        response
+                    }
+                }
+            })
+        })
+    }
+
+    /// Checks one plan request against the token, the claim, `status.plan`
+    /// and the Pod, then reads the plan back (every chunk and digest
+    /// checked).
+    pub async fn plan_bytes(&self, req: Request<Bytes>) -> Result<PlanBytes, Refusal> {
+        let request = check_plan_request(&req)?;
+        if !self
+            .key
+            .verify(&request.operation_id, request.attempt, &request.token)
+        {
+            return Err(refuse(
+                StatusCode::UNAUTHORIZED,
+                "Token",
+                "the token is not the one of this operation and attempt",
+            ));
+        }
+        let r = &request.resource;
+        let schema = match r.kind.as_str() {
+            "PtahSchema" => {
+                let api: Api<PtahSchema> = Api::namespaced(self.client.clone(), &r.namespace);
+                api.get_opt(&r.name)
+                    .await
+                    .map_err(|e| unavailable("reading the PtahSchema", &e))?
+                    .ok_or_else(|| {
+                        conflict(
+                            "NotClaimed",
+                            format!("PtahSchema {}/{} does not exist", r.namespace, r.name),
+                        )
+                    })?
+            }
+            // A migration's Apply runs its approved sequence from the
+            // fetched source: there are no plan bytes to hand out.
+            "PtahMigration" => {
+                return Err(refuse(
+                    StatusCode::NOT_FOUND,
+                    "NoPlanBytes",
+                    "a PtahMigration's plan is a sequence of versions, not bytes",
+                ));
+            }
+            _ => {
+                return Err(bad("Path", "the kind must be PtahSchema or PtahMigration"));
+            }
+        };
+        let status = schema.status.as_ref();
+        let claimed =
+            check_apply_claim(status.and_then(|s| s.active_operation.as_ref()), &request)?;
+        let content_digest = check_current_plan(status.and_then(|s| s.plan.as_ref()), &claimed)?;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &r.namespace);
+        let pod = pods
+            .get_opt(&request.pod_name)
+            .await
+            .map_err(|e| unavailable("reading the Pod", &e))?
+            .ok_or_else(|| {
+                conflict(
+                    "PodMismatch",
+                    "the Pod X-Ptah-Pod-Name names does not exist",
+                )
+            })?;
+        check_plan_pod(&pod, &request, &claimed)?;
+        let bytes = plan::read_back(&self.client, &r.namespace, &claimed.name, &content_digest)
+            .await
+            .map_err(|e| plan_refusal(&e))?;
+        Ok(PlanBytes {
+            name: claimed.name,
+            fingerprint: claimed.fingerprint,
+            bytes,
+            sha256: content_digest,
         })
     }
 
@@ -1301,5 +1703,212 @@ mod tests {
             assemble(&index, &[]).unwrap().document,
             document(Some(op()))
         );
+    }
+
+    fn plan_request(path: &str, edit: impl FnOnce(&mut http::request::Builder)) -> Request<Bytes> {
+        let mut b = Request::builder()
+            .method(Method::GET)
+            .uri(path)
+            .header(header::AUTHORIZATION, "Bearer abc")
+            .header(POD_NAME_HEADER, "ptah-apply-orders-1111111111111111-abcde")
+            .header(POD_UID_HEADER, "pod-uid");
+        edit(&mut b);
+        b.body(Bytes::new()).unwrap()
+    }
+
+    fn plan_op() -> PlanRequest {
+        PlanRequest {
+            resource: op().resource,
+            operation_id: OP.into(),
+            attempt: 1,
+            token: "abc".into(),
+            pod_name: "ptah-apply-orders-1111111111111111-abcde".into(),
+            pod_uid: "pod-uid".into(),
+        }
+    }
+
+    #[test]
+    fn a_plan_request_is_parsed_from_its_path_and_headers() {
+        let path = plan_path(&op().resource, OP, 1);
+        assert_eq!(path, format!("/v1/plans/shop/PtahSchema/orders/{OP}/1"));
+        assert_eq!(
+            check_plan_request(&plan_request(&path, |_| {})).unwrap(),
+            plan_op()
+        );
+    }
+
+    #[test]
+    fn malformed_plan_requests_are_refused_naming_what_is_wrong() {
+        let path = plan_path(&op().resource, OP, 1);
+        let refusal = |req| check_plan_request(&req).unwrap_err();
+
+        let r = refusal(plan_request(&path, |b| {
+            b.headers_mut().unwrap().remove(header::AUTHORIZATION);
+        }));
+        assert_eq!((r.status, r.reason), (StatusCode::UNAUTHORIZED, "Token"));
+
+        let r = refusal(plan_request(&path, |b| {
+            *b = std::mem::take(b).method(Method::POST);
+        }));
+        assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+
+        let r = refusal(plan_request(&path, |b| {
+            b.headers_mut().unwrap().remove(POD_UID_HEADER);
+        }));
+        assert_eq!((r.status, r.reason), (StatusCode::BAD_REQUEST, "Pod"));
+        assert!(r.message.contains("X-Ptah-Pod-UID"), "{r}");
+
+        let r = refusal(plan_request(&path, |b| {
+            b.headers_mut().unwrap().remove(POD_NAME_HEADER);
+        }));
+        assert!(r.message.contains("X-Ptah-Pod-Name"), "{r}");
+
+        let r = refusal(plan_request("/v1/plans/shop/PtahSchema/orders", |_| {}));
+        assert_eq!((r.status, r.reason), (StatusCode::NOT_FOUND, "Path"));
+        let r = refusal(plan_request(
+            "/v1/plans/shop/PtahSchema/orders/sha256:XYZ/1",
+            |_| {},
+        ));
+        assert!(r.message.contains("operation id"), "{r}");
+        let r = refusal(plan_request(
+            &format!("/v1/plans/shop/PtahSchema/orders/{OP}/0"),
+            |_| {},
+        ));
+        assert!(r.message.contains("attempt"), "{r}");
+        let r = refusal(plan_request(
+            &format!("/v1/plans/Shop_/PtahSchema/orders/{OP}/1"),
+            |_| {},
+        ));
+        assert!(r.message.contains("namespace and name"), "{r}");
+    }
+
+    fn apply_claim() -> ActiveOperation {
+        let mut c = claim();
+        c.type_ = OperationType::Apply;
+        c.plan_name = Some("orders-0123456789ab".into());
+        c.plan_uid = Some("plan-uid".into());
+        c.plan_fingerprint = Some(FP.into());
+        c
+    }
+
+    fn summary() -> SchemaPlanSummary {
+        serde_json::from_value(serde_json::json!({
+            "name": "orders-0123456789ab",
+            "uid": "plan-uid",
+            "fingerprint": FP,
+            "contentDigest": OP,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_plan_is_handed_out_only_under_its_apply_claim() {
+        let claimed = check_apply_claim(Some(&apply_claim()), &plan_op()).unwrap();
+        assert_eq!(claimed.name, "orders-0123456789ab");
+        assert_eq!(claimed.job_uid.as_deref(), Some("job-uid"));
+        assert_eq!(
+            check_current_plan(Some(&summary()), &claimed).unwrap(),
+            OP.to_string()
+        );
+
+        let r = check_apply_claim(None, &plan_op()).unwrap_err();
+        assert_eq!((r.status, r.reason), (StatusCode::CONFLICT, "NotClaimed"));
+        for (edit, field) in [
+            (
+                Box::new(|c: &mut ActiveOperation| c.type_ = OperationType::Observe)
+                    as Box<dyn Fn(&mut ActiveOperation)>,
+                "not an Apply",
+            ),
+            (Box::new(|c| c.attempt = 2), "attempt 1"),
+            (Box::new(|c| c.operation_id = FP.into()), "operationID"),
+            (Box::new(|c| c.plan_name = None), "planName"),
+            (Box::new(|c| c.plan_fingerprint = None), "planFingerprint"),
+            (Box::new(|c| c.job_name = None), "jobName"),
+        ] {
+            let mut c = apply_claim();
+            edit(&mut c);
+            let r = check_apply_claim(Some(&c), &plan_op()).unwrap_err();
+            assert_eq!(r.status, StatusCode::CONFLICT);
+            assert!(r.message.contains(field), "{field}: {r}");
+        }
+    }
+
+    #[test]
+    fn status_plan_must_be_the_claims_plan_with_its_digest() {
+        let claimed = check_apply_claim(Some(&apply_claim()), &plan_op()).unwrap();
+        let r = check_current_plan(None, &claimed).unwrap_err();
+        assert_eq!((r.status, r.reason), (StatusCode::CONFLICT, "PlanMoved"));
+        for (edit, field) in [
+            (
+                Box::new(|p: &mut SchemaPlanSummary| p.name = "orders-ffffffffffff".into())
+                    as Box<dyn Fn(&mut SchemaPlanSummary)>,
+                "status.plan.name",
+            ),
+            (
+                Box::new(|p| p.fingerprint = OP.into()),
+                "status.plan.fingerprint",
+            ),
+            (Box::new(|p| p.uid = "other".into()), "status.plan.uid"),
+            (Box::new(|p| p.content_digest = None), "contentDigest"),
+        ] {
+            let mut p = summary();
+            edit(&mut p);
+            let r = check_current_plan(Some(&p), &claimed).unwrap_err();
+            assert_eq!((r.status, r.reason), (StatusCode::CONFLICT, "PlanMoved"));
+            assert!(r.message.contains(field), "{field}: {r}");
+        }
+        // A claim that records no plan UID is bound by name and fingerprint.
+        let mut c = apply_claim();
+        c.plan_uid = None;
+        let claimed = check_apply_claim(Some(&c), &plan_op()).unwrap();
+        let mut p = summary();
+        p.uid = "other".into();
+        assert!(check_current_plan(Some(&p), &claimed).is_ok());
+    }
+
+    #[test]
+    fn the_plan_goes_only_to_the_claims_jobs_pod() {
+        let pod = |uid: &str, job: &str, job_uid: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": "p", "uid": uid,
+                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                        "name": job, "uid": job_uid}]
+                }
+            }))
+            .unwrap()
+        };
+        let job = "ptah-resolve-orders-1111111111111111";
+        let claimed = check_apply_claim(Some(&apply_claim()), &plan_op()).unwrap();
+        assert!(check_plan_pod(&pod("pod-uid", job, "job-uid"), &plan_op(), &claimed).is_ok());
+        let r = check_plan_pod(&pod("other", job, "job-uid"), &plan_op(), &claimed).unwrap_err();
+        assert!(r.message.contains("X-Ptah-Pod-UID"), "{r}");
+        let r = check_plan_pod(
+            &pod("pod-uid", "another-job", "job-uid"),
+            &plan_op(),
+            &claimed,
+        )
+        .unwrap_err();
+        assert_eq!(r.reason, "PodMismatch");
+        assert!(check_plan_pod(&pod("pod-uid", job, "other"), &plan_op(), &claimed).is_err());
+    }
+
+    #[test]
+    fn a_plan_that_does_not_read_back_is_refused_naming_the_chunk_and_an_api_failure_retried() {
+        let r = plan_refusal(&PlanError::ChunkAltered {
+            plan: "orders-0123456789ab".into(),
+            chunk: "orders-0123456789ab-001".into(),
+            reason: "digest".into(),
+        });
+        assert_eq!(
+            (r.status, r.reason),
+            (StatusCode::CONFLICT, REASON_PLAN_REFUSED)
+        );
+        assert!(r.message.contains("orders-0123456789ab-001"), "{r}");
+        let r = plan_refusal(&PlanError::Deleting {
+            kind: "PtahSchemaPlan",
+            name: "orders-0123456789ab".into(),
+        });
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     }
 }

@@ -1,19 +1,88 @@
-//! Pieces both lifecycles share, pure: instants plus durations, the digests a
-//! claim is named by, the claim itself (written before its Job), a retry under
-//! the same claim, and whether two resolutions are the same content. The
-//! schema machine keeps private copies of some of these from before this
-//! module existed; new code uses these.
+//! Pieces both lifecycles share, pure: instants plus durations and the next
+//! timer, the digests a claim is named by, the claim itself (written before
+//! its Job), its authorization, a retry under the same claim, the journal
+//! entries of a spent approval and a failed operation, whether two
+//! resolutions are the same content, and what the controller tells either
+//! machine about approvals and the realm census.
 
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::SignedDuration;
 
 use super::read_request::sha256_hex;
-use super::schema::binding_of;
-use crate::api::source::SourceStatus;
-use crate::api::status::{ActiveOperation, OperationType, SourceBinding};
+use crate::api::annotations::READ_REQUESTED_AT;
+use crate::api::common::{GoDuration, Identity};
+use crate::api::condition::Reason;
+use crate::api::journal::{JournalEntry, JournalEntryType};
+use crate::api::source::{SourceKind, SourceStatus};
+use crate::api::status::{ActiveOperation, Authorization, OperationType, SourceBinding};
 use crate::execution::job::OwnerKind;
+
+/// A realm re-check is due at least this often while a realm refuses.
+pub const REALM_RECHECK: Duration = Duration::from_secs(60);
+
+/// An approval as the controller sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApprovalSeen {
+    /// Its name.
+    pub name: String,
+    /// Its UID.
+    pub uid: String,
+    /// UID of the plan it names.
+    pub plan_uid: String,
+    /// Fingerprint of the plan it names.
+    pub plan_fingerprint: String,
+    /// Who approved, as admission stamped it.
+    pub approver: Option<Identity>,
+    /// When admission stamped it.
+    pub approved_at: Option<Time>,
+}
+
+/// The realm census's verdict for this resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RealmVerdict {
+    /// Admitted.
+    Ok,
+    /// Another resource claims the database incompatibly.
+    Conflict,
+    /// The PtahRealm does not admit this resource.
+    NotAuthorized,
+}
+
+impl RealmVerdict {
+    /// The reason a resource the census refuses is blocked for; `None` when
+    /// it is admitted.
+    pub fn refusal(self) -> Option<Reason> {
+        match self {
+            RealmVerdict::Ok => None,
+            RealmVerdict::Conflict => Some(Reason::RealmConflict),
+            RealmVerdict::NotAuthorized => Some(Reason::RealmNotAuthorized),
+        }
+    }
+}
+
+/// Why a resource the realm census refuses is blocked.
+pub const REALM_REFUSED: &str = "the database realm does not admit this resource";
+
+/// `spec.interval`; ten minutes if it does not fit a duration.
+pub fn interval(spec: &GoDuration) -> Duration {
+    spec.to_std().unwrap_or(Duration::from_secs(600))
+}
+
+/// `spec.execution.failureRetryInterval`; thirty seconds if it does not fit
+/// a duration.
+pub fn retry_interval(spec: &GoDuration) -> Duration {
+    spec.to_std().unwrap_or(Duration::from_secs(30))
+}
+
+/// The value of annotation `key`, if set.
+pub fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
 
 /// `t + d`, saturating at `t` when the sum leaves the representable range.
 pub fn plus(t: &Time, d: Duration) -> Time {
@@ -31,6 +100,24 @@ pub fn hex_digest(parts: &[&str]) -> String {
     sha256_hex(parts.join("\u{1f}").as_bytes())
 }
 
+/// The binding a claim records, from the resolution in status.
+pub fn binding_of(src: &SourceStatus) -> SourceBinding {
+    SourceBinding {
+        kind: src.kind,
+        content_digest: src.content_digest.clone(),
+        config_map_uid: src.config_map.as_ref().map(|c| c.uid.clone()),
+        snapshot_name: src.config_map.as_ref().map(|c| c.snapshot_name.clone()),
+        location_digest: src.git.as_ref().map(|g| g.location_digest.clone()),
+        commit: src.git.as_ref().map(|g| g.commit.clone()),
+        resolved_reference: src.oci.as_ref().map(|o| o.resolved_reference.clone()),
+        source_policy_uid: src.source_policy.as_ref().map(|p| p.uid.clone()),
+        source_policy_digest: src.source_policy.as_ref().map(|p| p.digest.clone()),
+        verification_policy_uid: src.verification.as_ref().map(|v| v.policy.uid.clone()),
+        verification_policy_digest: src.verification.as_ref().map(|v| v.policy.digest.clone()),
+        signer_evidence_digest: None,
+    }
+}
+
 /// Whether two resolutions are the same content under the same policy and
 /// location (what a plan binds, verification aside).
 pub fn same_source(a: &SourceStatus, b: &SourceStatus) -> bool {
@@ -40,6 +127,27 @@ pub fn same_source(a: &SourceStatus, b: &SourceStatus) -> bool {
         && x.config_map_uid == y.config_map_uid
         && x.location_digest == y.location_digest
         && x.source_policy_digest == y.source_policy_digest
+}
+
+/// A Resolve's resolution as status records it (stamped `now` unless the
+/// Job stamped it), and the reason `ArtifactResolved` gives: a pinned OCI
+/// digest or a resolved Git commit.
+pub fn resolution(src: &SourceStatus, now: &Time) -> (SourceStatus, Reason) {
+    let mut src = src.clone();
+    if src.resolved_at.is_none() {
+        src.resolved_at = Some(now.clone());
+    }
+    let reason = if src.kind == SourceKind::OCI {
+        Reason::DigestPinned
+    } else {
+        Reason::CommitResolved
+    };
+    (src, reason)
+}
+
+/// The Warning for a read-request annotation that holds no instant.
+pub fn invalid_read_request(recorded: &str) -> String {
+    format!("{READ_REQUESTED_AT}={recorded:?} is not an RFC 3339 instant")
 }
 
 /// The claim's deterministic Job name: the Job builder's, so the name the
@@ -165,14 +273,78 @@ pub fn next_attempt(mut c: ActiveOperation, owner: OwnerKind, resource: &str) ->
     c
 }
 
+/// Binds an Apply claim to the plan it runs and to what authorizes it: the
+/// approval seen, or the policy when there is none.
+pub fn authorize(
+    c: &mut ActiveOperation,
+    plan: (&str, &str, &str),
+    approval: Option<&ApprovalSeen>,
+) {
+    let (name, uid, fingerprint) = plan;
+    c.plan_name = Some(name.to_owned());
+    c.plan_uid = Some(uid.to_owned());
+    c.plan_fingerprint = Some(fingerprint.to_owned());
+    match approval {
+        Some(a) => {
+            c.authorization = Some(Authorization::Approval);
+            c.approval_name = Some(a.name.clone());
+            c.approval_uid = Some(a.uid.clone());
+            c.approver = a.approver.clone();
+        }
+        None => c.authorization = Some(Authorization::Policy),
+    }
+}
+
+/// The journal entry of an approval spent at dispatch by Apply claim `c`.
+pub fn approval_accepted(c: &ActiveOperation, name: &str, uid: &str, now: &Time) -> JournalEntry {
+    let mut e = JournalEntry::new(JournalEntryType::ApprovalAccepted, now.clone());
+    e.operation_id = Some(c.operation_id.clone());
+    e.plan_name = c.plan_name.clone();
+    e.plan_uid = c.plan_uid.clone();
+    e.plan_fingerprint = c.plan_fingerprint.clone();
+    e.approval_name = Some(name.to_owned());
+    e.approval_uid = Some(uid.to_owned());
+    e.approver = c.approver.clone();
+    e.authorization = Some(Authorization::Approval);
+    e
+}
+
+/// The journal entry of operation `op` failing for `reason`.
+pub fn operation_failed(op: OperationType, reason: Reason, now: &Time) -> JournalEntry {
+    let mut e = JournalEntry::new(JournalEntryType::OperationFailed, now.clone());
+    e.operation = Some(op);
+    e.reason = Some(reason);
+    e
+}
+
+/// Claim `c` between attempts: no Job of its own, dispatched again at
+/// `retry_not_before`.
+pub fn between_attempts(c: &mut ActiveOperation, retry_not_before: Time) {
+    c.dispatch_started = false;
+    c.job_uid = None;
+    c.retry_not_before = Some(retry_not_before);
+}
+
+/// When a status's next timer fires: an undispatched claim's retry delay, or
+/// with no claim the next reconciliation (none while suspended); a
+/// dispatched claim waits for its Job.
+pub fn next_timer(
+    claim: Option<&ActiveOperation>,
+    suspended: bool,
+    next_reconciliation: Option<&Time>,
+) -> Option<Time> {
+    match claim {
+        Some(c) if !c.dispatch_started => c.retry_not_before.clone(),
+        Some(_) => None,
+        None if suspended => None,
+        None => next_reconciliation.cloned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::jiff::Timestamp;
-
-    fn at(s: i64) -> Time {
-        Time(Timestamp::from_second(1_767_225_600 + s).expect("time"))
-    }
+    use crate::lifecycle::test_support::{approval, at, git_source, oci_source};
 
     fn inputs(op: OperationType, plan: Option<&str>) -> ClaimInputs<'_> {
         ClaimInputs {
@@ -219,5 +391,62 @@ mod tests {
         assert!(due(Some(&at(0)), &at(0)));
         assert!(!due(Some(&at(1)), &at(0)));
         assert_eq!(plus(&at(0), Duration::from_secs(30)), at(30));
+    }
+
+    #[test]
+    fn next_timer_is_the_retry_delay_or_the_next_reconciliation() {
+        let mut c = new_claim(inputs(OperationType::History, None), &at(0));
+        c.retry_not_before = Some(at(30));
+        let next = Some(at(600));
+        assert_eq!(next_timer(Some(&c), false, next.as_ref()), Some(at(30)));
+        c.dispatch_started = true;
+        assert_eq!(next_timer(Some(&c), false, next.as_ref()), None);
+        assert_eq!(next_timer(None, false, next.as_ref()), Some(at(600)));
+        assert_eq!(next_timer(None, true, next.as_ref()), None);
+    }
+
+    #[test]
+    fn resolution_stamps_the_instant_and_names_what_was_pinned() {
+        let (src, reason) = resolution(&oci_source("schema", 1), &at(3));
+        assert_eq!(
+            (src.resolved_at, reason),
+            (Some(at(3)), Reason::DigestPinned)
+        );
+        let mut stamped = git_source(1);
+        stamped.resolved_at = Some(at(1));
+        let (src, reason) = resolution(&stamped, &at(3));
+        assert_eq!(
+            (src.resolved_at, reason),
+            (Some(at(1)), Reason::CommitResolved)
+        );
+    }
+
+    #[test]
+    fn authorize_binds_the_plan_and_the_approval_or_the_policy() {
+        let mut c = new_claim(inputs(OperationType::Apply, Some("fp")), &at(0));
+        authorize(&mut c, ("plan", "plan-uid", "fp"), None);
+        assert_eq!(c.authorization, Some(Authorization::Policy));
+        assert_eq!(c.approval_name, None);
+        let seen = approval("approval-uid", "plan-uid", "fp");
+        authorize(&mut c, ("plan", "plan-uid", "fp"), Some(&seen));
+        assert_eq!(c.authorization, Some(Authorization::Approval));
+        assert_eq!(c.approval_uid.as_deref(), Some("approval-uid"));
+        let e = approval_accepted(&c, "approve-orders", "approval-uid", &at(1));
+        assert_eq!(e.type_, JournalEntryType::ApprovalAccepted);
+        assert_eq!(e.plan_uid.as_deref(), Some("plan-uid"));
+        assert_eq!(e.approver, seen.approver);
+    }
+
+    #[test]
+    fn realm_refusals_name_their_reason() {
+        assert_eq!(RealmVerdict::Ok.refusal(), None);
+        assert_eq!(
+            RealmVerdict::Conflict.refusal(),
+            Some(Reason::RealmConflict)
+        );
+        assert_eq!(
+            RealmVerdict::NotAuthorized.refusal(),
+            Some(Reason::RealmNotAuthorized)
+        );
     }
 }

@@ -179,12 +179,11 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::common::{self, ClaimInputs};
+use super::common::{self, ClaimInputs, binding_of};
 use super::conditions::{self, Health};
 use super::journal::{self, Kept};
 use super::read_request::{self, Answer, Running};
 use super::realm::coordination_digest;
-use super::schema::binding_of;
 use crate::api::annotations::{READ_REQUESTED_AT, UNRESOLVED_RUN};
 use crate::api::common::{ApplyPolicy, DatabaseEngine, Identity};
 use crate::api::condition::{
@@ -204,7 +203,7 @@ use crate::api::status::{
 };
 use crate::execution::job::OwnerKind;
 
-pub use super::schema::{ApprovalSeen, REALM_RECHECK, RealmVerdict};
+pub use super::common::{ApprovalSeen, REALM_RECHECK, RealmVerdict};
 
 /// `status.history.revisions` keeps at most this many rows.
 pub const REVISIONS_MAX: usize = 32;
@@ -571,20 +570,11 @@ impl Machine<'_> {
     }
 
     fn interval(&self) -> Duration {
-        self.m
-            .spec
-            .interval
-            .to_std()
-            .unwrap_or(Duration::from_secs(600))
+        common::interval(&self.m.spec.interval)
     }
 
     fn retry_interval(&self) -> Duration {
-        self.m
-            .spec
-            .execution
-            .failure_retry_interval
-            .to_std()
-            .unwrap_or(Duration::from_secs(30))
+        common::retry_interval(&self.m.spec.execution.failure_retry_interval)
     }
 
     fn source_kind(&self) -> Option<SourceKind> {
@@ -592,12 +582,7 @@ impl Machine<'_> {
     }
 
     fn annotation(&self, key: &str) -> Option<&str> {
-        self.m
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .map(String::as_str)
+        common::annotation(&self.m.metadata, key)
     }
 
     fn due(&self, at: Option<&Time>) -> bool {
@@ -692,6 +677,32 @@ impl Machine<'_> {
         });
     }
 
+    /// The kstatus trio (`Ready`, `Reconciling`, `Stalled`) for `health`.
+    fn kstatus(&mut self, health: Health, reason: Reason, message: &str) {
+        let (g, now) = (self.generation(), self.now);
+        let trio = (C::Ready, C::Reconciling, C::Stalled);
+        conditions::set_kstatus(
+            &mut self.st.conditions,
+            trio,
+            health,
+            reason,
+            message,
+            g,
+            now,
+        );
+    }
+
+    /// `ReconciliationFailed` with the reason, and a Warning saying it.
+    fn report_failure(&mut self, reason: Reason, message: &str) {
+        self.cond(
+            C::ReconciliationFailed,
+            ConditionStatus::True,
+            reason,
+            message,
+        );
+        self.event(true, reason, message);
+    }
+
     fn cond(&mut self, t: C, s: ConditionStatus, r: Reason, msg: &str) {
         let g = self.generation();
         conditions::set(&mut self.st.conditions, t, s, r, msg, g, self.now);
@@ -720,16 +731,7 @@ impl Machine<'_> {
             _ if resting => Health::Waiting,
             _ => Health::Progressing,
         };
-        let g = self.generation();
-        conditions::set_kstatus(
-            &mut self.st.conditions,
-            (C::Ready, C::Reconciling, C::Stalled),
-            health,
-            reason,
-            message,
-            g,
-            self.now,
-        );
+        self.kstatus(health, reason, message);
         // Something is coming: an operation, a published plan, an Apply, a
         // run being confirmed.
         let progressing = !matches!(phase, P::InSync | P::Blocked | P::Suspended) && !resting;
@@ -851,16 +853,7 @@ impl Machine<'_> {
             Some(SourceKind::ConfigMap) => {
                 // The phase moves with the snapshot's write.
                 self.fx.push(Effect::TakeSnapshot);
-                let g = self.generation();
-                conditions::set_kstatus(
-                    &mut self.st.conditions,
-                    (C::Ready, C::Reconciling, C::Stalled),
-                    Health::Progressing,
-                    Reason::Refreshing,
-                    "",
-                    g,
-                    self.now,
-                );
+                self.kstatus(Health::Progressing, Reason::Refreshing, "");
             }
             Some(_) => {
                 let claim = self.new_claim(OperationType::Resolve, None);
@@ -903,13 +896,7 @@ impl Machine<'_> {
 
     fn fail_idle(&mut self, reason: Reason, message: &str) {
         self.st.next_reconciliation_time = Some(common::plus(self.now, self.retry_interval()));
-        self.cond(
-            C::ReconciliationFailed,
-            ConditionStatus::True,
-            reason,
-            message,
-        );
-        self.event(true, reason, message);
+        self.report_failure(reason, message);
         self.settle(P::Failed, reason, message);
     }
 
@@ -1134,14 +1121,8 @@ impl Machine<'_> {
             Answer::Wait => false,
             Answer::Invalid => {
                 self.st.last_read_request = Some(req.recorded.clone());
-                self.event(
-                    true,
-                    Reason::ReadRequestInvalid,
-                    format!(
-                        "{READ_REQUESTED_AT}={:?} is not an RFC 3339 instant",
-                        req.recorded
-                    ),
-                );
+                let message = common::invalid_read_request(&req.recorded);
+                self.event(true, Reason::ReadRequestInvalid, message);
                 false
             }
             Answer::Answer => {
@@ -1318,16 +1299,8 @@ impl Machine<'_> {
         {
             self.retire_plan(Reason::PlanNoLongerCurrent);
         }
-        let mut src = src.clone();
-        if src.resolved_at.is_none() {
-            src.resolved_at = Some(self.now.clone());
-        }
+        let (src, reason) = common::resolution(src, self.now);
         let oci = src.kind == SourceKind::OCI;
-        let reason = if oci {
-            Reason::DigestPinned
-        } else {
-            Reason::CommitResolved
-        };
         let revision = src.revision.clone();
         self.st.source = Some(src);
         self.cond(
@@ -1688,18 +1661,12 @@ impl Machine<'_> {
             return;
         };
         let mut c = self.new_claim(OperationType::Apply, self.current_binding());
-        c.plan_name = Some(plan.name.clone());
-        c.plan_uid = Some(plan.uid.clone());
-        c.plan_fingerprint = Some(plan.fingerprint.clone());
-        match approval {
-            Some(a) => {
-                c.authorization = Some(Authorization::Approval);
-                c.approval_name = Some(a.name.clone());
-                c.approval_uid = Some(a.uid.clone());
-                c.approver = a.approver.clone();
-            }
-            None => c.authorization = Some(Authorization::Policy),
-        }
+        let bound = (
+            plan.name.as_str(),
+            plan.uid.as_str(),
+            plan.fingerprint.as_str(),
+        );
+        common::authorize(&mut c, bound, approval);
         self.claim(c);
         self.settle(P::Applying, Reason::ApplyPending, "");
     }
@@ -1719,15 +1686,7 @@ impl Machine<'_> {
                 name: name.clone(),
                 uid: uid.clone(),
             });
-            let mut e = JournalEntry::new(JournalEntryType::ApprovalAccepted, self.now.clone());
-            e.operation_id = Some(c.operation_id.clone());
-            e.plan_name = c.plan_name.clone();
-            e.plan_uid = c.plan_uid.clone();
-            e.plan_fingerprint = c.plan_fingerprint.clone();
-            e.approval_name = Some(name);
-            e.approval_uid = Some(uid);
-            e.approver = c.approver.clone();
-            e.authorization = Some(Authorization::Approval);
+            let e = common::approval_accepted(&c, &name, &uid, self.now);
             self.journal(e);
         }
         c.dispatch_started = true;
@@ -1743,23 +1702,13 @@ impl Machine<'_> {
         let Some(mut c) = self.st.active_operation.clone() else {
             return;
         };
-        let mut e = JournalEntry::new(JournalEntryType::OperationFailed, self.now.clone());
-        e.operation = Some(c.type_);
-        e.reason = Some(reason);
+        let mut e = common::operation_failed(c.type_, reason, self.now);
         e.job_name = c.job_name.clone();
         e.job_uid = c.job_uid.clone();
         self.journal(e);
-        c.dispatch_started = false;
-        c.job_uid = None;
-        c.retry_not_before = Some(common::plus(self.now, self.retry_interval()));
+        common::between_attempts(&mut c, common::plus(self.now, self.retry_interval()));
         self.st.active_operation = Some(c);
-        self.cond(
-            C::ReconciliationFailed,
-            ConditionStatus::True,
-            reason,
-            message,
-        );
-        self.event(true, reason, message);
+        self.report_failure(reason, message);
         // It stays in its phase, Progressing with the reason, and runs again
         // under the same claim.
         let phase = self.phase().unwrap_or(P::Pending);
@@ -1773,10 +1722,7 @@ impl Machine<'_> {
         if is_read(c.type_) {
             // No Job exists; the resource starts again from resolution.
             self.drop_claim();
-            let mut e = JournalEntry::new(JournalEntryType::OperationFailed, self.now.clone());
-            e.operation = Some(c.type_);
-            e.reason = Some(reason);
-            self.journal(e);
+            self.journal(common::operation_failed(c.type_, reason, self.now));
             self.fail_idle(reason, message);
             return;
         }
@@ -1785,20 +1731,14 @@ impl Machine<'_> {
             return;
         }
         // No Apply Job exists: the claim tries again after the retry delay.
-        c.dispatch_started = false;
-        c.retry_not_before = Some(common::plus(self.now, self.retry_interval()));
+        common::between_attempts(&mut c, common::plus(self.now, self.retry_interval()));
         self.st.active_operation = Some(c);
-        let mut e = JournalEntry::new(JournalEntryType::OperationFailed, self.now.clone());
-        e.operation = Some(OperationType::Apply);
-        e.reason = Some(reason);
-        self.journal(e);
-        self.cond(
-            C::ReconciliationFailed,
-            ConditionStatus::True,
+        self.journal(common::operation_failed(
+            OperationType::Apply,
             reason,
-            message,
-        );
-        self.event(true, reason, message);
+            self.now,
+        ));
+        self.report_failure(reason, message);
         self.settle(P::Failed, reason, message);
     }
 
@@ -1956,20 +1896,11 @@ impl Machine<'_> {
             self.blocked_reason(),
             Some(Reason::RealmConflict | Reason::RealmNotAuthorized)
         );
-        match verdict {
-            RealmVerdict::Ok if blocked_by_realm => self.start_read(),
-            RealmVerdict::Ok => {}
-            RealmVerdict::Conflict | RealmVerdict::NotAuthorized => {
-                if self.st.active_operation.is_some() {
-                    return;
-                }
-                let reason = if verdict == RealmVerdict::Conflict {
-                    Reason::RealmConflict
-                } else {
-                    Reason::RealmNotAuthorized
-                };
-                self.block(reason, "the database realm does not admit this resource");
-            }
+        match verdict.refusal() {
+            None if blocked_by_realm => self.start_read(),
+            None => {}
+            Some(_) if self.st.active_operation.is_some() => {}
+            Some(reason) => self.block(reason, common::REALM_REFUSED),
         }
     }
 
@@ -2136,14 +2067,11 @@ impl Machine<'_> {
         if self.fx.iter().any(|e| matches!(e, Effect::RequeueAt(_))) {
             return;
         }
-        let at = match &self.st.active_operation {
-            Some(c) if !c.dispatch_started => c.retry_not_before.clone(),
-            Some(_) => None,
-            None => match self.phase() {
-                Some(P::Suspended) => None,
-                _ => self.st.next_reconciliation_time.clone(),
-            },
-        };
+        let at = common::next_timer(
+            self.st.active_operation.as_ref(),
+            self.phase() == Some(P::Suspended),
+            self.st.next_reconciliation_time.as_ref(),
+        );
         if let Some(at) = at {
             self.fx.push(Effect::RequeueAt(at));
         }

@@ -2,50 +2,16 @@
 //! migration branch of "Where the path turns"; the module doc of
 //! `migration.rs` maps each arrow to its test.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::jiff::Timestamp;
-use serde_json::json;
-
 use super::*;
-use crate::api::source::{ConfigMapResolution, GitResolution, OciResolution, PolicyBinding};
+use crate::lifecycle::test_support::{
+    self as support, approval, at, binding, digest, doc_names_only_existing_tests, epoch, evidence,
+    git_source, machine_drivers, person, set_annotation, true_reason,
+};
 
 // ----- fixtures -------------------------------------------------------------
 
-fn at(s: i64) -> Time {
-    Time(Timestamp::from_second(1_767_225_600 + s).expect("time"))
-}
-
-fn digest(n: u8) -> String {
-    format!("sha256:{}", format!("{n:02x}").repeat(32))
-}
-
-fn epoch(n: u8) -> String {
-    format!("v1-{}", format!("{n:02x}").repeat(16))
-}
-
 fn migration(kind: &str) -> PtahMigration {
-    let source = match kind {
-        "configmap" => json!({"configMap": {"name": "orders-migrations"}}),
-        "git" => {
-            json!({"git": {"url": "https://git.example/orders.git", "ref": {"branch": "main"}}})
-        }
-        _ => json!({"oci": {"ociRef": "oci://r.example/orders/migrations:v1"}}),
-    };
-    let mut m: PtahMigration = serde_json::from_value(json!({
-        "apiVersion": "operator.ptah.run/v1alpha1",
-        "kind": "PtahMigration",
-        "metadata": {"name": "orders", "namespace": "orders", "uid": "uid-1", "generation": 1},
-        "spec": {
-            "target": {"engine": "PostgreSQL", "urlFrom": {"name": "db", "key": "url"}, "coordinationKey": "orders"},
-            "source": source,
-            "interval": "10m",
-            "execution": {"failureRetryInterval": "30s"}
-        }
-    }))
-    .expect("fixture");
-    m.status = None;
-    m
+    support::resource("PtahMigration", "migrations", kind)
 }
 
 fn apply_policy(m: &mut PtahMigration, apply: ApplyPolicy) {
@@ -53,82 +19,11 @@ fn apply_policy(m: &mut PtahMigration, apply: ApplyPolicy) {
 }
 
 fn cm_source(n: u8) -> SourceStatus {
-    SourceStatus {
-        kind: SourceKind::ConfigMap,
-        revision: format!("orders-migrations@{}", digest(n)),
-        content_digest: digest(n),
-        resolved_at: None,
-        config_map: Some(ConfigMapResolution {
-            name: "orders-migrations".into(),
-            uid: "cm-uid".into(),
-            snapshot_name: format!("ptah-src-{n}"),
-            snapshot_uid: None,
-        }),
-        git: None,
-        oci: None,
-        source_policy: None,
-        verification: None,
-    }
-}
-
-fn git_source(n: u8) -> SourceStatus {
-    SourceStatus {
-        kind: SourceKind::Git,
-        revision: format!("main@sha1:{}", format!("{n:02x}").repeat(20)),
-        content_digest: digest(n),
-        resolved_at: None,
-        config_map: None,
-        git: Some(GitResolution {
-            url: "https://git.example/orders.git".into(),
-            git_ref: "main".into(),
-            path: None,
-            commit: format!("{n:02x}").repeat(20),
-            location_digest: digest(200),
-        }),
-        oci: None,
-        source_policy: None,
-        verification: None,
-    }
+    support::cm_source("migrations", n)
 }
 
 fn oci_source(n: u8) -> SourceStatus {
-    SourceStatus {
-        kind: SourceKind::OCI,
-        revision: format!("v1@{}", digest(n)),
-        content_digest: digest(n),
-        resolved_at: None,
-        config_map: None,
-        git: None,
-        oci: Some(OciResolution {
-            requested_reference: "oci://r.example/orders/migrations:v1".into(),
-            resolved_reference: format!("oci://r.example/orders/migrations@{}", digest(n)),
-            digest: digest(n),
-            media_type: None,
-            artifact_type: None,
-            size: None,
-            layer_digests: Vec::new(),
-        }),
-        source_policy: None,
-        verification: None,
-    }
-}
-
-fn evidence(n: u8) -> VerificationEvidence {
-    VerificationEvidence {
-        policy: PolicyBinding {
-            name: "policy".into(),
-            key: "policy.yaml".into(),
-            uid: "policy-uid".into(),
-            digest: digest(n),
-        },
-        authority: None,
-        signer_identity: None,
-        key_fingerprint: None,
-        trust_root_digest: None,
-        signature_digest: None,
-        transparency_log_verified: None,
-        verified_at: None,
-    }
+    support::oci_source("migrations", n)
 }
 
 fn planned(version: i64) -> PlannedMigration {
@@ -183,32 +78,7 @@ fn mplan(n: u8) -> MigrationPlanSummary {
 }
 
 fn approval_of(p: &MigrationPlanSummary, uid: &str) -> ApprovalSeen {
-    ApprovalSeen {
-        name: "approve-orders".into(),
-        uid: uid.into(),
-        plan_uid: p.uid.clone(),
-        plan_fingerprint: p.fingerprint.clone(),
-        approver: Some(Identity {
-            username: "alice".into(),
-            uid: None,
-            groups: Vec::new(),
-        }),
-        approved_at: Some(at(5)),
-    }
-}
-
-fn lease(n: u8) -> Observation {
-    Observation::LeaseAcquired {
-        epoch: epoch(n),
-        duration_seconds: 30,
-    }
-}
-
-fn failed(message: &str) -> Observation {
-    Observation::JobFailed {
-        reason: Reason::OperationFailed,
-        message: message.into(),
-    }
+    approval(uid, &p.uid, &p.fingerprint)
 }
 
 fn ended(outcome: RunEnd, identity: Option<u8>) -> Observation {
@@ -226,66 +96,18 @@ fn ack(operation_id: &str) -> AcknowledgmentSeen {
         name: "ack-orders".into(),
         uid: "ack-uid".into(),
         operation_id: operation_id.into(),
-        acknowledged_by: Some(Identity {
-            username: "bob".into(),
-            uid: None,
-            groups: Vec::new(),
-        }),
+        acknowledged_by: Some(person("bob")),
     }
 }
 
-/// Steps `m` at second `t`, keeping the status, and returns the effects.
-fn run(m: &mut PtahMigration, o: Observation, t: i64) -> Vec<Effect> {
-    let out = step(m, &o, &at(t));
-    m.status = Some(out.status);
-    out.effects
-}
-
-fn st(m: &PtahMigration) -> &PtahMigrationStatus {
-    m.status.as_ref().expect("status")
-}
-
-fn phase(m: &PtahMigration) -> Option<P> {
-    st(m).phase
-}
-
-fn claim(m: &PtahMigration) -> Option<&ActiveOperation> {
-    st(m).active_operation.as_ref()
-}
-
-fn claim_type(m: &PtahMigration) -> Option<OperationType> {
-    claim(m).map(|c| c.type_)
-}
+machine_drivers!(PtahMigration, PtahMigrationStatus, P);
 
 fn cond_of(m: &PtahMigration, t: C) -> Option<(ConditionStatus, Reason)> {
     conditions::get(&st(m).conditions, t).map(|c| (c.status, c.reason))
 }
 
-fn stalled_reason(m: &PtahMigration) -> Option<Reason> {
-    conditions::get(&st(m).conditions, C::Stalled)
-        .filter(|c| c.status == ConditionStatus::True)
-        .map(|c| c.reason)
-}
-
-fn started(fx: &[Effect], op: OperationType) -> bool {
-    fx.iter()
-        .any(|e| matches!(e, Effect::StartJob { operation, .. } if *operation == op))
-}
-
-fn has_event(fx: &[Effect], reason: Reason) -> bool {
-    fx.iter()
-        .any(|e| matches!(e, Effect::Event { reason: r, .. } if *r == reason))
-}
-
 fn entries(m: &PtahMigration, t: JournalEntryType) -> Vec<&JournalEntry> {
     st(m).journal.iter().filter(|e| e.type_ == t).collect()
-}
-
-fn set_annotation(m: &mut PtahMigration, key: &str, value: &str) {
-    m.metadata
-        .annotations
-        .get_or_insert_with(BTreeMap::new)
-        .insert(key.into(), value.into());
 }
 
 /// A ConfigMap migration in Reading, its History claim dispatched, at t=1.
@@ -293,6 +115,14 @@ fn reading_cm() -> PtahMigration {
     let mut m = migration("configmap");
     run(&mut m, Observation::Pass, 0);
     run(&mut m, Observation::SnapshotTaken(cm_source(1)), 1);
+    m
+}
+
+/// An OCI migration resolved at t=1, Verifying.
+fn verifying_oci() -> PtahMigration {
+    let mut m = migration("oci");
+    run(&mut m, Observation::Pass, 0);
+    run(&mut m, Observation::SourceResolved(oci_source(1)), 1);
     m
 }
 
@@ -319,6 +149,22 @@ fn applying() -> PtahMigration {
 /// The run's Apply claim ID.
 fn apply_id(m: &PtahMigration) -> String {
     claim(m).expect("apply claim").operation_id.clone()
+}
+
+/// A run that failed before it selected any version, at t=6.
+fn stopped_before_selection() -> PtahMigration {
+    let mut m = applying();
+    let failed = RunEnd::Failed {
+        selected: false,
+        failure: None,
+    };
+    run(&mut m, ended(failed, Some(1)), 6);
+    m
+}
+
+/// The run's verification, if a reading gave it one.
+fn verification(m: &PtahMigration) -> Option<RunVerification> {
+    st(m).last_run.as_ref().and_then(|r| r.verification.clone())
 }
 
 /// An unresolved Partial run that named database 1, at t=6.
@@ -395,9 +241,7 @@ fn resolving_git_commit_goes_reading() {
 
 #[test]
 fn verifying_policy_satisfied_goes_reading() {
-    let mut m = migration("oci");
-    run(&mut m, Observation::Pass, 0);
-    run(&mut m, Observation::SourceResolved(oci_source(1)), 1);
+    let mut m = verifying_oci();
     let fx = run(&mut m, Observation::VerificationSatisfied(evidence(9)), 2);
     assert_eq!(phase(&m), Some(P::Reading));
     assert!(started(&fx, OperationType::History));
@@ -411,9 +255,7 @@ fn verifying_policy_satisfied_goes_reading() {
 
 #[test]
 fn verifying_policy_refused_goes_blocked() {
-    let mut m = migration("oci");
-    run(&mut m, Observation::Pass, 0);
-    run(&mut m, Observation::SourceResolved(oci_source(1)), 1);
+    let mut m = verifying_oci();
     let fx = run(
         &mut m,
         Observation::VerificationRefused {
@@ -681,16 +523,6 @@ fn planning_plan_stale_goes_pending() {
     )));
 }
 
-fn binding(n: u8) -> ExecutionBinding {
-    ExecutionBinding {
-        epoch: epoch(n),
-        controller_state_version: 1,
-        ptah_version: "v0.23.0".into(),
-        executor_image: format!("r.example/ptah@{}", digest(n)),
-        runner_protocol_version: 1,
-    }
-}
-
 #[test]
 fn applying_applied_goes_verifying_history() {
     let mut m = applying();
@@ -746,18 +578,7 @@ fn applying_failed_past_selection_goes_verifying_history() {
 
 #[test]
 fn applying_stopped_before_selection_goes_failed() {
-    let mut m = applying();
-    run(
-        &mut m,
-        ended(
-            RunEnd::Failed {
-                selected: false,
-                failure: None,
-            },
-            Some(1),
-        ),
-        6,
-    );
+    let mut m = stopped_before_selection();
     assert_eq!(phase(&m), Some(P::Failed));
     assert_eq!(claim(&m), None);
     assert_eq!(st(&m).next_reconciliation_time, Some(at(36)));
@@ -875,14 +696,7 @@ fn applying_withdrawn_approval_gone_goes_pending() {
 fn applying_job_unbuildable_goes_failed_claim_tries_again() {
     let mut m = applying();
     let id = apply_id(&m);
-    run(
-        &mut m,
-        Observation::JobNotBuilt {
-            reason: Reason::PodAdmissionRefused,
-            message: "denied".into(),
-        },
-        6,
-    );
+    run(&mut m, pod_refused("denied"), 6);
     assert_eq!(phase(&m), Some(P::Failed));
     let c = claim(&m).expect("the claim stays");
     assert!(!c.dispatch_started);
@@ -1159,14 +973,7 @@ fn read_gives_way_to_read_request_goes_pending() {
 #[test]
 fn read_job_unbuildable_goes_failed() {
     let mut m = reading_cm();
-    run(
-        &mut m,
-        Observation::JobNotBuilt {
-            reason: Reason::PodAdmissionRefused,
-            message: "denied".into(),
-        },
-        2,
-    );
+    run(&mut m, pod_refused("denied"), 2);
     assert_eq!(phase(&m), Some(P::Failed));
     assert_eq!(
         cond_of(&m, C::ReconciliationFailed),
@@ -1287,29 +1094,14 @@ fn failed_run_dirty_row_holds_blocked_history_dirty() {
     run(&mut m, reading(HistoryVerdict::Dirty, 1, 52), 8);
     assert_eq!(phase(&m), Some(P::Blocked));
     assert_eq!(stalled_reason(&m), Some(Reason::HistoryDirty));
-    let v = st(&m)
-        .last_run
-        .as_ref()
-        .and_then(|r| r.verification.clone())
-        .expect("verification");
+    let v = verification(&m).expect("verification");
     assert_eq!(v.outcome, VerificationOutcome::Blocked);
     assert_eq!(v.reason, Some(Reason::HistoryDirty));
 }
 
 #[test]
 fn failed_run_spent_its_approval_next_plan_needs_new_one() {
-    let mut m = applying();
-    run(
-        &mut m,
-        ended(
-            RunEnd::Failed {
-                selected: false,
-                failure: None,
-            },
-            Some(1),
-        ),
-        6,
-    );
+    let mut m = stopped_before_selection();
     // Retried after failureRetryInterval: the same history gives the same plan.
     run(&mut m, Observation::Pass, 36);
     run(&mut m, Observation::SnapshotTaken(cm_source(1)), 37);
@@ -1576,11 +1368,7 @@ fn first_reading_of_the_named_database_verifies_the_run() {
     run(&mut m, ended(RunEnd::Applied, Some(1)), 6);
     run(&mut m, Observation::Pass, 7);
     run(&mut m, clean_reading(1, 60), 8);
-    let v = st(&m)
-        .last_run
-        .as_ref()
-        .and_then(|r| r.verification.clone())
-        .expect("verification");
+    let v = verification(&m).expect("verification");
     assert_eq!(v.outcome, VerificationOutcome::InSync);
     assert_eq!(v.history_fingerprint, Some(digest(60)));
     assert_eq!(v.read_at, at(8));
@@ -1598,13 +1386,7 @@ fn reading_of_another_database_does_not_verify_the_run() {
     run(&mut m, ended(RunEnd::Applied, Some(1)), 6);
     run(&mut m, Observation::Pass, 7);
     run(&mut m, clean_reading(9, 60), 8);
-    assert_eq!(
-        st(&m)
-            .last_run
-            .as_ref()
-            .and_then(|r| r.verification.clone()),
-        None
-    );
+    assert_eq!(verification(&m), None);
     assert!(entries(&m, JournalEntryType::Verified).is_empty());
 }
 
@@ -1615,13 +1397,7 @@ fn run_that_named_no_database_gets_no_verification() {
     run(&mut m, Observation::Pass, 7);
     run(&mut m, clean_reading(1, 60), 8);
     assert_eq!(phase(&m), Some(P::InSync));
-    assert_eq!(
-        st(&m)
-            .last_run
-            .as_ref()
-            .and_then(|r| r.verification.clone()),
-        None
-    );
+    assert_eq!(verification(&m), None);
     assert!(entries(&m, JournalEntryType::Verified).is_empty());
 }
 
@@ -2138,9 +1914,7 @@ fn read_request_in_blocked_unresolved_answers_and_reads() {
 
 #[test]
 fn idle_verification_policy_changed_goes_verifying() {
-    let mut m = migration("oci");
-    run(&mut m, Observation::Pass, 0);
-    run(&mut m, Observation::SourceResolved(oci_source(1)), 1);
+    let mut m = verifying_oci();
     run(&mut m, Observation::VerificationSatisfied(evidence(9)), 2);
     run(&mut m, pending_reading(1, 50), 3);
     run(&mut m, Observation::PlanPublished(mplan(1)), 4);
@@ -2185,23 +1959,9 @@ fn approval_waits_while_a_configmap_read_starts() {
 
 #[test]
 fn module_doc_names_only_existing_tests() {
-    let doc = include_str!("migration.rs");
-    let tests = include_str!("migration_tests.rs");
-    let doc_end = doc.find("\nuse ").unwrap_or(doc.len());
-    let mut named = 0;
-    for chunk in doc[..doc_end].split('`').skip(1).step_by(2) {
-        let is_test_name = chunk.contains('_')
-            && chunk
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-        if !is_test_name {
-            continue;
-        }
-        named += 1;
-        assert!(
-            tests.contains(&format!("fn {chunk}()")),
-            "the module doc names `{chunk}`, which is no test"
-        );
-    }
+    let named = doc_names_only_existing_tests(
+        include_str!("migration.rs"),
+        include_str!("migration_tests.rs"),
+    );
     assert!(named >= 60, "the tables name {named} tests");
 }

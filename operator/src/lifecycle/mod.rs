@@ -10,3 +10,5 @@ pub mod migration;
 pub mod read_request;
 pub mod realm;
 pub mod schema;
+#[cfg(test)]
+mod test_support;

@@ -14,8 +14,8 @@ use crate::api::realm::{PtahRealm, RealmSharing};
 use crate::api::schema::PtahSchema;
 use crate::lifecycle::read_request::sha256_hex;
 
-// The verdict is defined beside the schema lifecycle that steps it.
-pub use super::schema::RealmVerdict;
+// The verdict is shared by both lifecycles that step it.
+pub use super::common::RealmVerdict;
 
 /// Separates the parts of a digested identity; no part can hold it (engine,
 /// namespace, key and realm name are all restricted by their patterns).

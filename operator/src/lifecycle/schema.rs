@@ -143,13 +143,13 @@
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::SignedDuration;
 
+use super::common::{self, ClaimInputs};
 use super::conditions::{self, Health};
 use super::journal::{self, Kept};
 use super::read_request::{self, Answer, Running};
 use crate::api::annotations::{READ_REQUESTED_AT, SETTLED_APPLY};
-use crate::api::common::{ApplyPolicy, DatabaseEngine, Identity};
+use crate::api::common::{ApplyPolicy, DatabaseEngine};
 use crate::api::condition::{ConditionStatus, Reason, SchemaConditionType as C, SchemaPhase};
 use crate::api::journal::{JournalEntry, JournalEntryType, JournalOutcome};
 use crate::api::schema::{
@@ -163,8 +163,8 @@ use crate::api::status::{
 };
 use crate::execution::job::OwnerKind;
 
-/// A realm re-check is due at least this often while a realm refuses.
-pub const REALM_RECHECK: Duration = Duration::from_secs(60);
+// Both machines share these; the controller names them from here.
+pub use super::common::{ApprovalSeen, REALM_RECHECK, RealmVerdict, binding_of};
 
 /// What happened since the last step.
 #[derive(Clone, Debug, PartialEq)]
@@ -280,34 +280,6 @@ pub enum PlanVerdict {
     LockLost,
 }
 
-/// An approval as the controller sees it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ApprovalSeen {
-    /// Its name.
-    pub name: String,
-    /// Its UID.
-    pub uid: String,
-    /// UID of the plan it names.
-    pub plan_uid: String,
-    /// Fingerprint of the plan it names.
-    pub plan_fingerprint: String,
-    /// Who approved, as admission stamped it.
-    pub approver: Option<Identity>,
-    /// When admission stamped it.
-    pub approved_at: Option<Time>,
-}
-
-/// The realm census's verdict for this resource.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RealmVerdict {
-    /// Admitted.
-    Ok,
-    /// Another resource claims the database incompatibly.
-    Conflict,
-    /// The PtahRealm does not admit this resource.
-    NotAuthorized,
-}
-
 /// What the controller performs after writing the status.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
@@ -391,44 +363,6 @@ pub fn step(schema: &PtahSchema, observation: &Observation, now: &Time) -> Step 
     }
 }
 
-fn plus(t: &Time, d: Duration) -> Time {
-    let d = SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX);
-    Time(t.0.checked_add(d).unwrap_or(t.0))
-}
-
-fn hex_digest(parts: &[&str]) -> String {
-    read_request::sha256_hex(parts.join("\u{1f}").as_bytes())
-}
-
-/// The binding a claim records, from the resolution in status.
-pub fn binding_of(src: &SourceStatus) -> SourceBinding {
-    SourceBinding {
-        kind: src.kind,
-        content_digest: src.content_digest.clone(),
-        config_map_uid: src.config_map.as_ref().map(|c| c.uid.clone()),
-        snapshot_name: src.config_map.as_ref().map(|c| c.snapshot_name.clone()),
-        location_digest: src.git.as_ref().map(|g| g.location_digest.clone()),
-        commit: src.git.as_ref().map(|g| g.commit.clone()),
-        resolved_reference: src.oci.as_ref().map(|o| o.resolved_reference.clone()),
-        source_policy_uid: src.source_policy.as_ref().map(|p| p.uid.clone()),
-        source_policy_digest: src.source_policy.as_ref().map(|p| p.digest.clone()),
-        verification_policy_uid: src.verification.as_ref().map(|v| v.policy.uid.clone()),
-        verification_policy_digest: src.verification.as_ref().map(|v| v.policy.digest.clone()),
-        signer_evidence_digest: None,
-    }
-}
-
-/// Whether two resolutions are the same content under the same policy and
-/// location (what a plan binds, verification aside).
-fn same_source(a: &SourceStatus, b: &SourceStatus) -> bool {
-    let (x, y) = (binding_of(a), binding_of(b));
-    x.kind == y.kind
-        && x.content_digest == y.content_digest
-        && x.config_map_uid == y.config_map_uid
-        && x.location_digest == y.location_digest
-        && x.source_policy_digest == y.source_policy_digest
-}
-
 fn is_read(op: OperationType) -> bool {
     op != OperationType::Apply
 }
@@ -447,21 +381,16 @@ impl Machine<'_> {
         self.schema.metadata.generation
     }
 
+    fn name(&self) -> &str {
+        self.schema.metadata.name.as_deref().unwrap_or_default()
+    }
+
     fn interval(&self) -> Duration {
-        self.schema
-            .spec
-            .interval
-            .to_std()
-            .unwrap_or(Duration::from_secs(600))
+        common::interval(&self.schema.spec.interval)
     }
 
     fn retry_interval(&self) -> Duration {
-        self.schema
-            .spec
-            .execution
-            .failure_retry_interval
-            .to_std()
-            .unwrap_or(Duration::from_secs(30))
+        common::retry_interval(&self.schema.spec.execution.failure_retry_interval)
     }
 
     fn source_kind(&self) -> Option<SourceKind> {
@@ -469,16 +398,11 @@ impl Machine<'_> {
     }
 
     fn annotation(&self, key: &str) -> Option<&str> {
-        self.schema
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .map(String::as_str)
+        common::annotation(&self.schema.metadata, key)
     }
 
     fn due(&self, at: Option<&Time>) -> bool {
-        at.is_none_or(|t| t.0 <= self.now.0)
+        common::due(at, self.now)
     }
 
     fn phase(&self) -> Option<SchemaPhase> {
@@ -528,6 +452,32 @@ impl Machine<'_> {
         });
     }
 
+    /// The kstatus trio (`Ready`, `Reconciling`, `Stalled`) for `health`.
+    fn kstatus(&mut self, health: Health, reason: Reason, message: &str) {
+        let (g, now) = (self.generation(), self.now);
+        let trio = (C::Ready, C::Reconciling, C::Stalled);
+        conditions::set_kstatus(
+            &mut self.st.conditions,
+            trio,
+            health,
+            reason,
+            message,
+            g,
+            now,
+        );
+    }
+
+    /// `ReconciliationFailed` with the reason, and a Warning saying it.
+    fn report_failure(&mut self, reason: Reason, message: &str) {
+        self.cond(
+            C::ReconciliationFailed,
+            ConditionStatus::True,
+            reason,
+            message,
+        );
+        self.event(true, reason, message);
+    }
+
     fn cond(&mut self, t: C, s: ConditionStatus, r: Reason, msg: &str) {
         let g = self.generation();
         conditions::set(&mut self.st.conditions, t, s, r, msg, g, self.now);
@@ -565,16 +515,7 @@ impl Machine<'_> {
             SchemaPhase::AwaitingApproval | SchemaPhase::Suspended => Health::Waiting,
             _ => Health::Progressing,
         };
-        let g = self.generation();
-        conditions::set_kstatus(
-            &mut self.st.conditions,
-            (C::Ready, C::Reconciling, C::Stalled),
-            health,
-            reason,
-            message,
-            g,
-            self.now,
-        );
+        self.kstatus(health, reason, message);
         let suspended = if phase == SchemaPhase::Suspended {
             ConditionStatus::True
         } else {
@@ -584,7 +525,7 @@ impl Machine<'_> {
     }
 
     fn schedule_interval(&mut self) {
-        self.st.next_reconciliation_time = Some(plus(self.now, self.interval()));
+        self.st.next_reconciliation_time = Some(common::plus(self.now, self.interval()));
     }
 
     fn stage_release(&mut self, operation_id: &str, epoch: Option<String>, secs: Option<i32>) {
@@ -595,7 +536,9 @@ impl Machine<'_> {
                     .target
                     .as_ref()
                     .and_then(|t| t.coordination_digest.clone())
-                    .unwrap_or_else(|| hex_digest(&["realm", &self.schema.spec.target.engine])),
+                    .unwrap_or_else(|| {
+                        common::hex_digest(&["realm", &self.schema.spec.target.engine])
+                    }),
                 operation_id: operation_id.to_owned(),
                 lease_epoch: epoch,
                 lease_duration_seconds: secs.unwrap_or(15),
@@ -651,70 +594,22 @@ impl Machine<'_> {
     // ----- claims -----------------------------------------------------------
 
     fn new_claim(&self, op: OperationType, source: Option<SourceBinding>) -> ActiveOperation {
-        let generation = self.generation().unwrap_or(0).to_string();
-        let uid = self.schema.metadata.uid.clone().unwrap_or_default();
-        let src = source
-            .as_ref()
-            .map(|s| s.content_digest.clone())
-            .unwrap_or_default();
-        let epoch = self.st.execution_binding.as_ref().map(|e| e.epoch.clone());
-        let plan = self
-            .st
-            .plan
-            .as_ref()
-            .map(|p| p.fingerprint.clone())
-            .unwrap_or_default();
-        let op_name = format!("{op:?}");
-        let fingerprint = hex_digest(&[
-            &op_name,
-            &generation,
-            &src,
-            epoch.as_deref().unwrap_or(""),
-            if op == OperationType::Apply {
-                plan.as_str()
-            } else {
-                ""
+        let target = self.st.target.as_ref();
+        common::new_claim(
+            ClaimInputs {
+                owner: OwnerKind::PtahSchema,
+                resource: self.name(),
+                uid: self.schema.metadata.uid.as_deref().unwrap_or_default(),
+                generation: self.generation(),
+                op,
+                source,
+                execution_epoch: self.st.execution_binding.as_ref().map(|e| e.epoch.clone()),
+                plan_fingerprint: self.st.plan.as_ref().map(|p| p.fingerprint.as_str()),
+                coordination_digest: target.and_then(|t| t.coordination_digest.clone()),
+                target_identity_digest: target.and_then(|t| t.identity_digest.clone()),
             },
-        ]);
-        let when = self.now.0.to_string();
-        let operation_id = hex_digest(&[&op_name, &uid, &fingerprint, &when]);
-        let job_name = job_name(self.schema, op, &operation_id, 1);
-        ActiveOperation {
-            type_: op,
-            operation_id,
-            input_fingerprint: fingerprint,
-            job_name: Some(job_name),
-            job_uid: None,
-            attempt: 1,
-            started_at: self.now.clone(),
-            retry_not_before: None,
-            dispatch_started: false,
-            dispatch_not_after: None,
-            execution_not_after: None,
-            execution_epoch: epoch,
-            source,
-            coordination_digest: self
-                .st
-                .target
-                .as_ref()
-                .and_then(|t| t.coordination_digest.clone()),
-            target_identity_digest: self
-                .st
-                .target
-                .as_ref()
-                .and_then(|t| t.identity_digest.clone()),
-            lease_epoch: None,
-            lease_duration_seconds: None,
-            lease_continuity_lost: false,
-            plan_name: None,
-            plan_uid: None,
-            plan_fingerprint: None,
-            authorization: None,
-            approval_name: None,
-            approval_uid: None,
-            approver: None,
-            admission_snapshot_digest: None,
-        }
+            self.now,
+        )
     }
 
     /// Claims `op` and, unless it takes the realm Lease first, dispatches it.
@@ -753,16 +648,7 @@ impl Machine<'_> {
                 // say now that work is under way for this generation.
                 self.fx.push(Effect::TakeSnapshot);
                 self.st.next_reconciliation_time = None;
-                let g = self.generation();
-                conditions::set_kstatus(
-                    &mut self.st.conditions,
-                    (C::Ready, C::Reconciling, C::Stalled),
-                    Health::Progressing,
-                    Reason::Refreshing,
-                    "",
-                    g,
-                    self.now,
-                );
+                self.kstatus(Health::Progressing, Reason::Refreshing, "");
             }
             Some(_) => {
                 let claim = self.new_claim(OperationType::Resolve, None);
@@ -805,14 +691,8 @@ impl Machine<'_> {
     }
 
     fn fail_idle(&mut self, reason: Reason, message: &str) {
-        self.st.next_reconciliation_time = Some(plus(self.now, self.retry_interval()));
-        self.cond(
-            C::ReconciliationFailed,
-            ConditionStatus::True,
-            reason,
-            message,
-        );
-        self.event(true, reason, message);
+        self.st.next_reconciliation_time = Some(common::plus(self.now, self.retry_interval()));
+        self.report_failure(reason, message);
         self.settle(SchemaPhase::Failed, reason, message);
     }
 
@@ -824,7 +704,7 @@ impl Machine<'_> {
         match reason {
             Reason::RealmConflict | Reason::RealmNotAuthorized => {
                 let every = self.interval().min(REALM_RECHECK);
-                self.st.next_reconciliation_time = Some(plus(self.now, every));
+                self.st.next_reconciliation_time = Some(common::plus(self.now, every));
             }
             Reason::UnsupportedEngine => self.st.next_reconciliation_time = None,
             Reason::TargetIdentityChanged => {}
@@ -1035,14 +915,8 @@ impl Machine<'_> {
             Answer::Wait => false,
             Answer::Invalid => {
                 self.st.last_read_request = Some(req.recorded.clone());
-                self.event(
-                    true,
-                    Reason::ReadRequestInvalid,
-                    format!(
-                        "{READ_REQUESTED_AT}={:?} is not an RFC 3339 instant",
-                        req.recorded
-                    ),
-                );
+                let message = common::invalid_read_request(&req.recorded);
+                self.event(true, Reason::ReadRequestInvalid, message);
                 false
             }
             Answer::Answer => {
@@ -1100,7 +974,7 @@ impl Machine<'_> {
                     .source
                     .as_ref()
                     .and_then(|s| s.resolved_at.as_ref())
-                    .is_some_and(|r| plus(r, self.interval()).0 <= self.now.0);
+                    .is_some_and(|r| common::plus(r, self.interval()).0 <= self.now.0);
             if interval_passed && is_read(c.type_) {
                 self.give_way();
                 return;
@@ -1145,12 +1019,8 @@ impl Machine<'_> {
     }
 
     /// The same operation again under the same claim.
-    fn retry(&mut self, mut c: ActiveOperation) {
-        c.attempt = c.attempt.saturating_add(1);
-        c.job_name = Some(job_name(self.schema, c.type_, &c.operation_id, c.attempt));
-        c.retry_not_before = None;
-        c.job_uid = None;
-        c.lease_continuity_lost = false;
+    fn retry(&mut self, c: ActiveOperation) {
+        let mut c = common::next_attempt(c, OwnerKind::PtahSchema, self.name());
         if c.type_ == OperationType::Plan && !self.proof_owed() {
             c.lease_epoch = None;
         }
@@ -1162,7 +1032,7 @@ impl Machine<'_> {
             .st
             .source
             .as_ref()
-            .is_none_or(|old| !same_source(old, src));
+            .is_none_or(|old| !common::same_source(old, src));
         match self.st.active_operation.as_ref() {
             // An Apply under way, or a proof, stays bound to what it ran from.
             Some(c) if c.type_ == OperationType::Apply && c.dispatch_started => return,
@@ -1222,20 +1092,12 @@ impl Machine<'_> {
             .st
             .source
             .as_ref()
-            .is_some_and(|old| !same_source(old, src))
+            .is_some_and(|old| !common::same_source(old, src))
         {
             self.retire_plan(Reason::PlanNoLongerCurrent);
         }
-        let mut src = src.clone();
-        if src.resolved_at.is_none() {
-            src.resolved_at = Some(self.now.clone());
-        }
+        let (src, reason) = common::resolution(src, self.now);
         let oci = src.kind == SourceKind::OCI;
-        let reason = if oci {
-            Reason::DigestPinned
-        } else {
-            Reason::CommitResolved
-        };
         let revision = src.revision.clone();
         self.st.source = Some(src);
         self.cond(
@@ -1432,7 +1294,7 @@ impl Machine<'_> {
         claim.type_ = OperationType::Observe;
         claim.dispatch_started = false;
         claim.job_uid = None;
-        claim.retry_not_before = Some(plus(self.now, self.retry_interval()));
+        claim.retry_not_before = Some(common::plus(self.now, self.retry_interval()));
         self.st.active_operation = Some(claim);
         self.block(
             Reason::TargetIdentityChanged,
@@ -1756,25 +1618,19 @@ impl Machine<'_> {
             return;
         };
         let mut c = self.new_claim(OperationType::Apply, self.current_binding());
-        c.plan_name = Some(plan.name.clone());
-        c.plan_uid = Some(plan.uid.clone());
-        c.plan_fingerprint = Some(plan.fingerprint.clone());
-        match approval {
-            Some(a) => {
-                c.authorization = Some(Authorization::Approval);
-                c.approval_name = Some(a.name.clone());
-                c.approval_uid = Some(a.uid.clone());
-                c.approver = a.approver.clone();
-                if let Some(p) = self.st.plan.as_mut() {
-                    p.approval = Some(ConsumedApproval {
-                        name: a.name.clone(),
-                        uid: a.uid.clone(),
-                        approver: a.approver.clone(),
-                        approved_at: a.approved_at.clone(),
-                    });
-                }
-            }
-            None => c.authorization = Some(Authorization::Policy),
+        let bound = (
+            plan.name.as_str(),
+            plan.uid.as_str(),
+            plan.fingerprint.as_str(),
+        );
+        common::authorize(&mut c, bound, approval);
+        if let (Some(a), Some(p)) = (approval, self.st.plan.as_mut()) {
+            p.approval = Some(ConsumedApproval {
+                name: a.name.clone(),
+                uid: a.uid.clone(),
+                approver: a.approver.clone(),
+                approved_at: a.approved_at.clone(),
+            });
         }
         self.claim(c);
         self.cond(C::Applying, ConditionStatus::True, Reason::ApplyPending, "");
@@ -1797,15 +1653,7 @@ impl Machine<'_> {
                     name: name.clone(),
                     uid: uid.clone(),
                 });
-                let mut e = JournalEntry::new(JournalEntryType::ApprovalAccepted, self.now.clone());
-                e.operation_id = Some(c.operation_id.clone());
-                e.plan_name = c.plan_name.clone();
-                e.plan_uid = c.plan_uid.clone();
-                e.plan_fingerprint = c.plan_fingerprint.clone();
-                e.approval_name = Some(name);
-                e.approval_uid = Some(uid);
-                e.approver = c.approver.clone();
-                e.authorization = Some(Authorization::Approval);
+                let e = common::approval_accepted(&c, &name, &uid, self.now);
                 self.journal(e);
             }
             self.cond(C::Applying, ConditionStatus::True, Reason::Active, "");
@@ -1826,8 +1674,10 @@ impl Machine<'_> {
             // A dispatched Apply is followed to its end whatever the Lease
             // says; an undispatched one waits for the Lease.
             OperationType::Apply if !c.dispatch_started => {
-                self.fx
-                    .push(Effect::RequeueAt(plus(self.now, Duration::from_secs(5))));
+                self.fx.push(Effect::RequeueAt(common::plus(
+                    self.now,
+                    Duration::from_secs(5),
+                )));
             }
             OperationType::Apply => {}
             _ if self.proof_owed() => {
@@ -1840,8 +1690,10 @@ impl Machine<'_> {
                 self.start_observe(false);
             }
             OperationType::Plan => {
-                self.fx
-                    .push(Effect::RequeueAt(plus(self.now, Duration::from_secs(5))));
+                self.fx.push(Effect::RequeueAt(common::plus(
+                    self.now,
+                    Duration::from_secs(5),
+                )));
             }
             _ => {}
         }
@@ -1851,9 +1703,7 @@ impl Machine<'_> {
         let Some(mut c) = self.st.active_operation.clone() else {
             return;
         };
-        let mut e = JournalEntry::new(JournalEntryType::OperationFailed, self.now.clone());
-        e.operation = Some(c.type_);
-        e.reason = Some(reason);
+        let mut e = common::operation_failed(c.type_, reason, self.now);
         e.job_name = c.job_name.clone();
         e.job_uid = c.job_uid.clone();
         self.journal(e);
@@ -1865,17 +1715,9 @@ impl Machine<'_> {
                 c.lease_duration_seconds,
             );
         }
-        c.dispatch_started = false;
-        c.job_uid = None;
-        c.retry_not_before = Some(plus(self.now, self.retry_interval()));
+        common::between_attempts(&mut c, common::plus(self.now, self.retry_interval()));
         self.st.active_operation = Some(c);
-        self.cond(
-            C::ReconciliationFailed,
-            ConditionStatus::True,
-            reason,
-            message,
-        );
-        self.event(true, reason, message);
+        self.report_failure(reason, message);
         if self.blocked_reason() != Some(Reason::TargetIdentityChanged) {
             self.settle(SchemaPhase::Failed, reason, message);
         }
@@ -1890,21 +1732,14 @@ impl Machine<'_> {
             return;
         }
         // No Apply Job exists: the claim tries again after the retry delay.
-        c.dispatch_started = false;
-        c.job_uid = None;
-        c.retry_not_before = Some(plus(self.now, self.retry_interval()));
+        common::between_attempts(&mut c, common::plus(self.now, self.retry_interval()));
         self.st.active_operation = Some(c);
-        let mut e = JournalEntry::new(JournalEntryType::OperationFailed, self.now.clone());
-        e.operation = Some(OperationType::Apply);
-        e.reason = Some(reason);
-        self.journal(e);
-        self.cond(
-            C::ReconciliationFailed,
-            ConditionStatus::True,
+        self.journal(common::operation_failed(
+            OperationType::Apply,
             reason,
-            message,
-        );
-        self.event(true, reason, message);
+            self.now,
+        ));
+        self.report_failure(reason, message);
         self.settle(SchemaPhase::Failed, reason, message);
     }
 
@@ -1984,23 +1819,14 @@ impl Machine<'_> {
             self.blocked_reason(),
             Some(Reason::RealmConflict | Reason::RealmNotAuthorized)
         );
-        match verdict {
-            RealmVerdict::Ok if blocked_by_realm => {
+        match verdict.refusal() {
+            None if blocked_by_realm => {
                 self.st.next_reconciliation_time = None;
                 self.start_read();
             }
-            RealmVerdict::Ok => {}
-            RealmVerdict::Conflict | RealmVerdict::NotAuthorized => {
-                if self.st.active_operation.is_some() || self.proof_owed() {
-                    return;
-                }
-                let reason = if verdict == RealmVerdict::Conflict {
-                    Reason::RealmConflict
-                } else {
-                    Reason::RealmNotAuthorized
-                };
-                self.block(reason, "the database realm does not admit this resource");
-            }
+            None => {}
+            Some(_) if self.st.active_operation.is_some() || self.proof_owed() => {}
+            Some(reason) => self.block(reason, common::REALM_REFUSED),
         }
     }
 
@@ -2098,14 +1924,11 @@ impl Machine<'_> {
         if self.fx.iter().any(|e| matches!(e, Effect::RequeueAt(_))) {
             return;
         }
-        let at = match &self.st.active_operation {
-            Some(c) if !c.dispatch_started => c.retry_not_before.clone(),
-            Some(_) => None,
-            None => match self.phase() {
-                Some(SchemaPhase::Suspended) => None,
-                _ => self.st.next_reconciliation_time.clone(),
-            },
-        };
+        let at = common::next_timer(
+            self.st.active_operation.as_ref(),
+            self.phase() == Some(SchemaPhase::Suspended),
+            self.st.next_reconciliation_time.as_ref(),
+        );
         if let Some(at) = at {
             self.fx.push(Effect::RequeueAt(at));
         }
@@ -2126,19 +1949,7 @@ pub fn job_name(
     attempt: i32,
 ) -> String {
     let name = schema.metadata.name.as_deref().unwrap_or_default();
-    crate::execution::job::job_name(OwnerKind::PtahSchema, op, name, operation_id, attempt)
-        .unwrap_or_else(|_| {
-            // Only a resource name the API server would refuse gets here.
-            let short: String = operation_id
-                .trim_start_matches("sha256:")
-                .chars()
-                .take(16)
-                .collect();
-            format!(
-                "ptah-{}-{short}-{attempt}",
-                format!("{op:?}").to_ascii_lowercase()
-            )
-        })
+    common::job_name(OwnerKind::PtahSchema, name, op, operation_id, attempt)
 }
 
 /// Whether an engine is one the operator implements (the controller sends

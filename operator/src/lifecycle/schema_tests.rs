@@ -2,129 +2,26 @@
 //! branch of "Where the path turns"; the module doc of `schema.rs` maps each
 //! arrow to its test.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
 use super::*;
-use crate::api::source::{ConfigMapResolution, GitResolution, OciResolution, PolicyBinding};
+use crate::lifecycle::test_support::{
+    self as support, approval, at, binding, digest, doc_names_only_existing_tests, epoch, evidence,
+    git_source, machine_drivers, set_annotation, true_reason,
+};
 
 // ----- fixtures -------------------------------------------------------------
 
-fn at(s: i64) -> Time {
-    Time(Timestamp::from_second(1_767_225_600 + s).expect("time"))
-}
-
-fn digest(n: u8) -> String {
-    format!("sha256:{}", format!("{n:02x}").repeat(32))
-}
-
-fn epoch(n: u8) -> String {
-    format!("v1-{}", format!("{n:02x}").repeat(16))
-}
-
 fn schema(kind: &str) -> PtahSchema {
-    let source = match kind {
-        "configmap" => json!({"configMap": {"name": "orders-schema"}}),
-        "git" => {
-            json!({"git": {"url": "https://git.example/orders.git", "ref": {"branch": "main"}}})
-        }
-        _ => json!({"oci": {"ociRef": "oci://r.example/orders/schema:v1"}}),
-    };
-    let mut s: PtahSchema = serde_json::from_value(json!({
-        "apiVersion": "operator.ptah.run/v1alpha1",
-        "kind": "PtahSchema",
-        "metadata": {"name": "orders", "namespace": "orders", "uid": "uid-1", "generation": 1},
-        "spec": {
-            "target": {"engine": "PostgreSQL", "urlFrom": {"name": "db", "key": "url"}, "coordinationKey": "orders"},
-            "source": source,
-            "interval": "10m",
-            "execution": {"failureRetryInterval": "30s"}
-        }
-    }))
-    .expect("fixture");
-    s.status = None;
-    s
+    support::resource("PtahSchema", "schema", kind)
 }
 
 fn cm_source(n: u8) -> SourceStatus {
-    SourceStatus {
-        kind: SourceKind::ConfigMap,
-        revision: format!("orders-schema@{}", digest(n)),
-        content_digest: digest(n),
-        resolved_at: None,
-        config_map: Some(ConfigMapResolution {
-            name: "orders-schema".into(),
-            uid: "cm-uid".into(),
-            snapshot_name: format!("ptah-src-{n}"),
-            snapshot_uid: None,
-        }),
-        git: None,
-        oci: None,
-        source_policy: None,
-        verification: None,
-    }
-}
-
-fn git_source(n: u8) -> SourceStatus {
-    SourceStatus {
-        kind: SourceKind::Git,
-        revision: format!("main@sha1:{}", format!("{n:02x}").repeat(20)),
-        content_digest: digest(n),
-        resolved_at: None,
-        config_map: None,
-        git: Some(GitResolution {
-            url: "https://git.example/orders.git".into(),
-            git_ref: "main".into(),
-            path: None,
-            commit: format!("{n:02x}").repeat(20),
-            location_digest: digest(200),
-        }),
-        oci: None,
-        source_policy: None,
-        verification: None,
-    }
+    support::cm_source("schema", n)
 }
 
 fn oci_source(n: u8) -> SourceStatus {
-    SourceStatus {
-        kind: SourceKind::OCI,
-        revision: format!("v1@{}", digest(n)),
-        content_digest: digest(n),
-        resolved_at: None,
-        config_map: None,
-        git: None,
-        oci: Some(OciResolution {
-            requested_reference: "oci://r.example/orders/schema:v1".into(),
-            resolved_reference: format!("oci://r.example/orders/schema@{}", digest(n)),
-            digest: digest(n),
-            media_type: None,
-            artifact_type: None,
-            size: None,
-            layer_digests: Vec::new(),
-        }),
-        source_policy: None,
-        verification: None,
-    }
-}
-
-fn evidence(n: u8) -> VerificationEvidence {
-    VerificationEvidence {
-        policy: PolicyBinding {
-            name: "policy".into(),
-            key: "policy.yaml".into(),
-            uid: "policy-uid".into(),
-            digest: digest(n),
-        },
-        authority: None,
-        signer_identity: None,
-        key_fingerprint: None,
-        trust_root_digest: None,
-        signature_digest: None,
-        transparency_log_verified: None,
-        verified_at: None,
-    }
+    support::oci_source("schema", n)
 }
 
 fn target(identity: u8, findings: i64) -> TargetStatus {
@@ -174,87 +71,18 @@ fn no_change() -> Observation {
 }
 
 fn approval_of(p: &SchemaPlanSummary) -> ApprovalSeen {
-    ApprovalSeen {
-        name: "approve-orders".into(),
-        uid: "approval-uid".into(),
-        plan_uid: p.uid.clone(),
-        plan_fingerprint: p.fingerprint.clone(),
-        approver: Some(Identity {
-            username: "alice".into(),
-            uid: None,
-            groups: Vec::new(),
-        }),
-        approved_at: Some(at(5)),
-    }
+    approval("approval-uid", &p.uid, &p.fingerprint)
 }
 
-fn lease(n: u8) -> Observation {
-    Observation::LeaseAcquired {
-        epoch: epoch(n),
-        duration_seconds: 30,
-    }
-}
-
-fn failed(message: &str) -> Observation {
-    Observation::JobFailed {
-        reason: Reason::OperationFailed,
-        message: message.into(),
-    }
-}
-
-/// Steps `s` at second `t`, keeping the status, and returns the effects.
-fn run(s: &mut PtahSchema, o: Observation, t: i64) -> Vec<Effect> {
-    let out = step(s, &o, &at(t));
-    s.status = Some(out.status);
-    out.effects
-}
-
-fn st(s: &PtahSchema) -> &PtahSchemaStatus {
-    s.status.as_ref().expect("status")
-}
+machine_drivers!(PtahSchema, PtahSchemaStatus, SchemaPhase);
 
 /// The first journal entry of a type: what most tests check an outcome on.
 fn entry(s: &PtahSchema, type_: JournalEntryType) -> Option<&JournalEntry> {
     st(s).journal.iter().find(|e| e.type_ == type_)
 }
 
-fn phase(s: &PtahSchema) -> Option<SchemaPhase> {
-    st(s).phase
-}
-
-fn claim(s: &PtahSchema) -> Option<&ActiveOperation> {
-    st(s).active_operation.as_ref()
-}
-
-fn claim_type(s: &PtahSchema) -> Option<OperationType> {
-    claim(s).map(|c| c.type_)
-}
-
-fn stalled_reason(s: &PtahSchema) -> Option<Reason> {
-    conditions::get(&st(s).conditions, C::Stalled)
-        .filter(|c| c.status == ConditionStatus::True)
-        .map(|c| c.reason)
-}
-
-fn started(fx: &[Effect], op: OperationType) -> bool {
-    fx.iter()
-        .any(|e| matches!(e, Effect::StartJob { operation, .. } if *operation == op))
-}
-
-fn has_event(fx: &[Effect], reason: Reason) -> bool {
-    fx.iter()
-        .any(|e| matches!(e, Effect::Event { reason: r, .. } if *r == reason))
-}
-
 fn journal_types(s: &PtahSchema) -> Vec<JournalEntryType> {
     st(s).journal.iter().map(|e| e.type_).collect()
-}
-
-fn set_annotation(s: &mut PtahSchema, key: &str, value: &str) {
-    s.metadata
-        .annotations
-        .get_or_insert_with(BTreeMap::new)
-        .insert(key.into(), value.into());
 }
 
 fn apply_always(s: &mut PtahSchema) {
@@ -268,6 +96,21 @@ fn observing() -> PtahSchema {
     let mut s = schema("configmap");
     run(&mut s, Observation::Pass, 0);
     run(&mut s, Observation::SnapshotTaken(cm_source(1)), 1);
+    s
+}
+
+/// OCI source resolved at second 1, Verifying.
+fn verifying_oci() -> PtahSchema {
+    let mut s = schema("oci");
+    run(&mut s, Observation::Pass, 0);
+    run(&mut s, Observation::SourceResolved(oci_source(1)), 1);
+    s
+}
+
+/// OCI source resolved and verified at second 1, Observing.
+fn observing_verified_oci() -> PtahSchema {
+    let mut s = verifying_oci();
+    run(&mut s, Observation::VerificationSatisfied(evidence(9)), 1);
     s
 }
 
@@ -299,15 +142,20 @@ fn awaiting_approval() -> PtahSchema {
     verdict(observing(), plan(1))
 }
 
-/// An Apply claimed under approval, not dispatched yet (second 6).
-fn applying_undispatched() -> PtahSchema {
-    let mut s = awaiting_approval();
+/// Plan 1 from `s`, its Apply claimed under approval, not dispatched yet
+/// (second 6).
+fn approved(s: PtahSchema) -> PtahSchema {
+    let mut s = verdict(s, plan(1));
     run(
         &mut s,
         Observation::ApprovalExists(approval_of(&plan(1))),
         6,
     );
     s
+}
+
+fn applying_undispatched() -> PtahSchema {
+    approved(observing())
 }
 
 /// An Apply Job dispatched (second 7).
@@ -415,9 +263,7 @@ fn resolving_git_commit_goes_observing() {
 
 #[test]
 fn verifying_policy_satisfied_goes_observing() {
-    let mut s = schema("oci");
-    run(&mut s, Observation::Pass, 0);
-    run(&mut s, Observation::SourceResolved(oci_source(1)), 1);
+    let mut s = verifying_oci();
     let fx = run(&mut s, Observation::VerificationSatisfied(evidence(9)), 2);
     assert_eq!(phase(&s), Some(SchemaPhase::Observing));
     assert!(started(&fx, OperationType::Observe));
@@ -432,9 +278,7 @@ fn verifying_policy_satisfied_goes_observing() {
 
 #[test]
 fn verifying_policy_refused_goes_blocked() {
-    let mut s = schema("oci");
-    run(&mut s, Observation::Pass, 0);
-    run(&mut s, Observation::SourceResolved(oci_source(1)), 1);
+    let mut s = verifying_oci();
     let fx = run(
         &mut s,
         Observation::VerificationRefused {
@@ -699,11 +543,7 @@ fn approval_of_a_replaced_plan_authorizes_nothing() {
 
 #[test]
 fn awaiting_approval_interval_ends_goes_resolving() {
-    let mut s = schema("oci");
-    run(&mut s, Observation::Pass, 0);
-    run(&mut s, Observation::SourceResolved(oci_source(1)), 1);
-    run(&mut s, Observation::VerificationSatisfied(evidence(9)), 1);
-    let mut s = verdict(s, plan(1));
+    let mut s = verdict(observing_verified_oci(), plan(1));
     assert_eq!(phase(&s), Some(SchemaPhase::AwaitingApproval));
     run(&mut s, Observation::Pass, 604);
     assert_eq!(phase(&s), Some(SchemaPhase::Resolving));
@@ -877,16 +717,7 @@ fn apply_withdrawn_source_moved_goes_observing() {
 
 #[test]
 fn apply_withdrawn_verification_policy_goes_verifying() {
-    let mut s = schema("oci");
-    run(&mut s, Observation::Pass, 0);
-    run(&mut s, Observation::SourceResolved(oci_source(1)), 1);
-    run(&mut s, Observation::VerificationSatisfied(evidence(9)), 1);
-    let mut s = verdict(s, plan(1));
-    run(
-        &mut s,
-        Observation::ApprovalExists(approval_of(&plan(1))),
-        6,
-    );
+    let mut s = approved(observing_verified_oci());
     let fx = run(&mut s, Observation::VerificationPolicyChanged, 7);
     assert_eq!(phase(&s), Some(SchemaPhase::Verifying));
     assert!(started(&fx, OperationType::Verify));
@@ -908,13 +739,7 @@ fn apply_withdrawn_approval_gone_goes_awaiting_approval() {
 #[test]
 fn apply_withdrawn_execution_binding_goes_pending() {
     let mut s = applying_undispatched();
-    let binding = ExecutionBinding {
-        epoch: epoch(7),
-        controller_state_version: 1,
-        ptah_version: "v0.23.0".into(),
-        executor_image: "r.example/executor@sha256:00".into(),
-        runner_protocol_version: 1,
-    };
+    let binding = binding(7);
     run(&mut s, Observation::ExecutionBindingChanged(binding), 7);
     assert_eq!(phase(&s), Some(SchemaPhase::Pending));
     assert!(claim(&s).is_none());
@@ -936,14 +761,7 @@ fn apply_withdrawn_suspend_goes_suspended() {
 #[test]
 fn apply_job_unbuildable_goes_failed_claim_tries_again() {
     let mut s = applying();
-    run(
-        &mut s,
-        Observation::JobNotBuilt {
-            reason: Reason::PodAdmissionRefused,
-            message: "restricted".into(),
-        },
-        8,
-    );
+    run(&mut s, pod_refused("restricted"), 8);
     assert_eq!(phase(&s), Some(SchemaPhase::Failed));
     let c = claim(&s).expect("the claim stays");
     assert_eq!(c.type_, OperationType::Apply);
@@ -1057,13 +875,7 @@ fn proof_superseded_by_generation_goes_pending() {
 #[test]
 fn proof_superseded_by_execution_binding_goes_pending() {
     let mut s = proving(true);
-    let binding = ExecutionBinding {
-        epoch: epoch(7),
-        controller_state_version: 1,
-        ptah_version: "v0.23.0".into(),
-        executor_image: "r.example/executor@sha256:00".into(),
-        runner_protocol_version: 1,
-    };
+    let binding = binding(7);
     run(&mut s, Observation::ExecutionBindingChanged(binding), 11);
     assert_eq!(phase(&s), Some(SchemaPhase::Pending));
     assert!(st(&s).pending_observation.is_none());
@@ -1071,16 +883,7 @@ fn proof_superseded_by_execution_binding_goes_pending() {
 
 #[test]
 fn proof_superseded_by_policy_goes_verifying() {
-    let mut s = schema("oci");
-    run(&mut s, Observation::Pass, 0);
-    run(&mut s, Observation::SourceResolved(oci_source(1)), 1);
-    run(&mut s, Observation::VerificationSatisfied(evidence(9)), 1);
-    let mut s = verdict(s, plan(1));
-    run(
-        &mut s,
-        Observation::ApprovalExists(approval_of(&plan(1))),
-        6,
-    );
+    let mut s = approved(observing_verified_oci());
     run(&mut s, lease(2), 7);
     run(
         &mut s,
@@ -1253,11 +1056,7 @@ fn idle_configuration_error_goes_failed() {
 
 #[test]
 fn idle_verification_policy_changed_goes_verifying() {
-    let mut s = schema("oci");
-    run(&mut s, Observation::Pass, 0);
-    run(&mut s, Observation::SourceResolved(oci_source(1)), 1);
-    run(&mut s, Observation::VerificationSatisfied(evidence(9)), 1);
-    let mut s = planning_from(s);
+    let mut s = planning_from(observing_verified_oci());
     run(&mut s, no_change(), 4);
     let fx = run(&mut s, Observation::VerificationPolicyChanged, 10);
     assert_eq!(phase(&s), Some(SchemaPhase::Verifying));
@@ -1267,13 +1066,7 @@ fn idle_verification_policy_changed_goes_verifying() {
 #[test]
 fn idle_execution_component_changed_goes_pending() {
     let mut s = in_sync();
-    let binding = ExecutionBinding {
-        epoch: epoch(7),
-        controller_state_version: 1,
-        ptah_version: "v0.23.0".into(),
-        executor_image: "r.example/executor@sha256:00".into(),
-        runner_protocol_version: 1,
-    };
+    let binding = binding(7);
     run(
         &mut s,
         Observation::ExecutionBindingChanged(binding.clone()),
@@ -1299,14 +1092,7 @@ fn read_job_failed_goes_failed_claim_kept() {
 #[test]
 fn read_job_unbuildable_goes_failed_claim_kept() {
     let mut s = observing();
-    run(
-        &mut s,
-        Observation::JobNotBuilt {
-            reason: Reason::PodAdmissionRefused,
-            message: "restricted".into(),
-        },
-        2,
-    );
+    run(&mut s, pod_refused("restricted"), 2);
     assert_eq!(phase(&s), Some(SchemaPhase::Failed));
     assert_eq!(claim_type(&s), Some(OperationType::Observe));
 }
@@ -1708,9 +1494,7 @@ fn failed_suspend_goes_suspended() {
 
 #[test]
 fn pending_next_pass_goes_resolving() {
-    let mut s = schema("oci");
-    run(&mut s, Observation::Pass, 0);
-    run(&mut s, Observation::SourceResolved(oci_source(1)), 1);
+    let mut s = verifying_oci();
     s.metadata.generation = Some(2);
     run(&mut s, Observation::GenerationMoved, 2);
     assert_eq!(phase(&s), Some(SchemaPhase::Pending));
@@ -1935,23 +1719,7 @@ fn read_request_longer_than_64_bytes_recorded_as_digest() {
 
 #[test]
 fn module_doc_names_only_existing_tests() {
-    let doc = include_str!("schema.rs");
-    let tests = include_str!("schema_tests.rs");
-    let doc_end = doc.find("\nuse ").unwrap_or(doc.len());
-    let mut named = 0;
-    for chunk in doc[..doc_end].split('`').skip(1).step_by(2) {
-        let is_test_name = chunk.contains('_')
-            && chunk
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '*');
-        if !is_test_name || chunk.ends_with('*') {
-            continue;
-        }
-        named += 1;
-        assert!(
-            tests.contains(&format!("fn {chunk}()")),
-            "the module doc names `{chunk}`, which is no test"
-        );
-    }
+    let named =
+        doc_names_only_existing_tests(include_str!("schema.rs"), include_str!("schema_tests.rs"));
     assert!(named >= 60, "the table names {named} tests");
 }

@@ -369,6 +369,10 @@ pub struct ApplyArgs {
     /// `all|file|none`.
     #[arg(long, value_parser = ["all", "file", "none"])]
     pub transaction_mode: Option<String>,
+    /// Where a schema plan's checked bytes are written for Ptah (the Job's
+    /// `work` emptyDir); not written by the Job builder.
+    #[arg(long, default_value = "/work", value_parser = parse_abs_path, hide = true)]
+    pub work_dir: PathBuf,
 }
 
 fn parse_text(value: &str) -> Result<String, String> {

@@ -12,6 +12,13 @@
 //! A failed delivery changes neither the step's exit code nor its summary
 //! (the termination message is the fallback); it is reported on stderr,
 //! which never shows the token or the body.
+//!
+//! A schema Apply also fetches its plan's bytes from the same receiver
+//! ([`fetch_plan`]): `GET` [`plan_url`] (the plans path beside
+//! `--result-url`) with the same token, naming its Pod. Transient failures
+//! are retried the same way; a refusal is final. The bytes are bounded by
+//! the plan limit while they are read and handed over unchecked: the step
+//! checks them against its own flags.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,10 +26,12 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
-use super::ResultDocument;
 use super::cli::CommonArgs;
+use super::{OperationRef, ResultDocument};
+use crate::api::plan::PLAN_MAX_BYTES;
 use crate::execution::receiver::{
-    Answer, CONTENT_SHA256_HEADER, REASON_ALREADY_STORED, content_sha256,
+    Answer, CONTENT_SHA256_HEADER, PLAN_FINGERPRINT_HEADER, PLAN_NAME_HEADER, POD_NAME_HEADER,
+    POD_UID_HEADER, REASON_ALREADY_STORED, RESULTS_PATH, content_sha256, plan_path,
 };
 
 /// The longest a delivery keeps retrying.
@@ -201,6 +210,301 @@ impl Sender {
     }
 }
 
+/// What one plan `GET` got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanAttempt {
+    /// The bytes, with what the answer declared about them.
+    Fetched(FetchedPlan),
+    /// A status other than 200, and the receiver's answer when it was one.
+    Answered {
+        /// The HTTP status.
+        status: u16,
+        /// The JSON answer.
+        answer: Option<Answer>,
+    },
+    /// The answer declared or sent more than a plan may hold.
+    TooLarge {
+        /// The bytes declared or read so far.
+        size: u64,
+    },
+    /// No response, or the body broke off.
+    Failed {
+        /// Why (without the URL's path or any secret).
+        reason: String,
+        /// The receiver's name did not resolve.
+        unresolved: bool,
+    },
+}
+
+/// A plan's bytes as the receiver answered them: nothing here is checked
+/// against the step's flags yet.
+#[derive(Clone, PartialEq, Eq)]
+pub struct FetchedPlan {
+    /// The body.
+    pub bytes: Vec<u8>,
+    /// `Content-Length`, when declared.
+    pub content_length: Option<u64>,
+    /// [`CONTENT_SHA256_HEADER`].
+    pub sha256: Option<String>,
+    /// [`PLAN_NAME_HEADER`].
+    pub plan_name: Option<String>,
+    /// [`PLAN_FINGERPRINT_HEADER`].
+    pub plan_fingerprint: Option<String>,
+}
+
+// Plan bytes are never printed, not even in a debug dump.
+impl std::fmt::Debug for FetchedPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FetchedPlan")
+            .field("bytes", &format_args!("{} bytes", self.bytes.len()))
+            .field("content_length", &self.content_length)
+            .field("sha256", &self.sha256)
+            .field("plan_name", &self.plan_name)
+            .field("plan_fingerprint", &self.plan_fingerprint)
+            .finish()
+    }
+}
+
+impl Sender {
+    /// One `GET` of a plan's bytes at `url`, as the Pod `pod_name`/`pod_uid`.
+    pub async fn get_plan(
+        &self,
+        url: &str,
+        token: &str,
+        pod_name: &str,
+        pod_uid: &str,
+    ) -> PlanAttempt {
+        let limit = u64::try_from(PLAN_MAX_BYTES).unwrap_or(u64::MAX);
+        let sent = self
+            .client
+            .get(url)
+            .bearer_auth(token)
+            .header(POD_NAME_HEADER, pod_name)
+            .header(POD_UID_HEADER, pod_uid)
+            .send()
+            .await;
+        let mut response = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                return PlanAttempt::Failed {
+                    unresolved: is_unresolved(&e),
+                    reason: chain(&e.without_url()),
+                };
+            }
+        };
+        let status = response.status().as_u16();
+        if status != 200 {
+            let answer = response
+                .bytes()
+                .await
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Answer>(&b).ok());
+            return PlanAttempt::Answered { status, answer };
+        }
+        let content_length = response.content_length();
+        if let Some(size) = content_length.filter(|n| *n > limit) {
+            return PlanAttempt::TooLarge { size };
+        }
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let (sha256, plan_name, plan_fingerprint) = (
+            header(CONTENT_SHA256_HEADER),
+            header(PLAN_NAME_HEADER),
+            header(PLAN_FINGERPRINT_HEADER),
+        );
+        let mut bytes = Vec::with_capacity(
+            usize::try_from(content_length.unwrap_or_default().min(limit)).unwrap_or_default(),
+        );
+        loop {
+            match response.chunk().await {
+                Ok(Some(piece)) => {
+                    if (bytes.len() + piece.len()) as u64 > limit {
+                        return PlanAttempt::TooLarge {
+                            size: (bytes.len() + piece.len()) as u64,
+                        };
+                    }
+                    bytes.extend_from_slice(&piece);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return PlanAttempt::Failed {
+                        unresolved: false,
+                        reason: chain(&e.without_url()),
+                    };
+                }
+            }
+        }
+        PlanAttempt::Fetched(FetchedPlan {
+            bytes,
+            content_length,
+            sha256,
+            plan_name,
+            plan_fingerprint,
+        })
+    }
+}
+
+/// Why a plan's bytes were not fetched. Never holds the token or the bytes.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanFetchError {
+    /// The token, the CA or the client (as for a delivery).
+    #[error(transparent)]
+    Setup(#[from] DeliveryError),
+    /// `--result-url` does not end in the results path, so the plans path
+    /// beside it is unknown.
+    #[error("--result-url: its path must end in {RESULTS_PATH} (the plans path is beside it)")]
+    Url,
+    /// The Pod's identity (downward API) is missing.
+    #[error("{0} is not set: the receiver hands a plan only to the claim's Pod")]
+    Pod(&'static str),
+    /// The receiver refused for good.
+    #[error("the receiver refused the plan ({status} {reason}): {message}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The receiver's reason.
+        reason: String,
+        /// The receiver's message (names the plan or chunk, never bytes).
+        message: String,
+    },
+    /// The answer was larger than a plan may be.
+    #[error(
+        "the receiver's answer has {size} bytes or more; a plan holds at most {PLAN_MAX_BYTES}"
+    )]
+    TooLarge {
+        /// The bytes declared or read.
+        size: u64,
+    },
+    /// SIGTERM, or the step's deadline, came first.
+    #[error("every attempt failed transiently: not fetched after {attempts} attempt(s): {last}")]
+    GaveUp {
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        last: String,
+    },
+}
+
+/// The plans URL of an operation: `--result-url` with its trailing
+/// [`RESULTS_PATH`] replaced by [`plan_path`].
+pub fn plan_url(result_url: &str, op: &OperationRef) -> Result<String, PlanFetchError> {
+    let mut url = reqwest::Url::parse(result_url).map_err(|_| PlanFetchError::Url)?;
+    let prefix = url
+        .path()
+        .strip_suffix(RESULTS_PATH)
+        .ok_or(PlanFetchError::Url)?
+        .to_string();
+    url.set_path(&format!(
+        "{prefix}{}",
+        plan_path(&op.resource, &op.operation_id, op.attempt)
+    ));
+    url.set_query(None);
+    url.set_fragment(None);
+    Ok(url.into())
+}
+
+/// The token and a client trusting the target's CA.
+fn sender_for(target: &Target) -> Result<(Sender, String), DeliveryError> {
+    let token = read_token(&target.token_file)?;
+    let ca = match &target.ca_file {
+        None => None,
+        Some(path) => {
+            Some(
+                read_small(path, MAX_CA_BYTES).map_err(|reason| DeliveryError::CaFile {
+                    path: path.display().to_string(),
+                    reason,
+                })?,
+            )
+        }
+    };
+    let sender = Sender::new(ca.as_deref()).map_err(|e| match (&target.ca_file, e) {
+        (Some(path), DeliveryError::Client(reason)) => DeliveryError::CaFile {
+            path: path.display().to_string(),
+            reason,
+        },
+        (_, e) => e,
+    })?;
+    Ok((sender, token))
+}
+
+/// Fetches the plan bytes of `op` from the receiver `target` names within
+/// `bound` (and before `target.not_after`), retrying transient failures;
+/// progress goes to stderr.
+pub async fn fetch_plan(
+    target: &Target,
+    op: &OperationRef,
+    bound: Duration,
+) -> Result<FetchedPlan, PlanFetchError> {
+    let pod_name = op
+        .pod_name
+        .as_deref()
+        .ok_or(PlanFetchError::Pod("PTAH_POD_NAME"))?;
+    let pod_uid = op
+        .pod_uid
+        .as_deref()
+        .ok_or(PlanFetchError::Pod("PTAH_POD_UID"))?;
+    let url = plan_url(&target.url, op)?;
+    let (sender, token) = sender_for(target)?;
+    let deadline = Instant::now() + super::budget(bound, target.not_after);
+    let shown_url = shown(&url);
+
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempts = 0;
+    let mut unresolved = 0;
+    loop {
+        attempts += 1;
+        eprintln!("ptah-runner: fetching the plan from {shown_url}, attempt {attempts}");
+        let last = match sender.get_plan(&url, &token, pod_name, pod_uid).await {
+            PlanAttempt::Fetched(plan) => {
+                eprintln!("ptah-runner: fetched {} bytes of plan", plan.bytes.len());
+                return Ok(plan);
+            }
+            PlanAttempt::TooLarge { size } => return Err(PlanFetchError::TooLarge { size }),
+            PlanAttempt::Answered { status, answer } if matches!(status, 408 | 429 | 500..=599) => {
+                format!("{status} {}", answer.map(|a| a.message).unwrap_or_default())
+            }
+            PlanAttempt::Answered { status, answer } => {
+                let answer = answer.unwrap_or(Answer {
+                    reason: String::new(),
+                    message: String::new(),
+                });
+                return Err(PlanFetchError::Refused {
+                    status,
+                    reason: answer.reason,
+                    message: answer.message,
+                });
+            }
+            PlanAttempt::Failed {
+                reason,
+                unresolved: u,
+            } => {
+                unresolved += u32::from(u);
+                if unresolved >= MAX_UNRESOLVED_ATTEMPTS {
+                    return Err(PlanFetchError::GaveUp {
+                        attempts,
+                        last: reason,
+                    });
+                }
+                reason
+            }
+        };
+        if Instant::now() + backoff >= deadline {
+            return Err(PlanFetchError::GaveUp { attempts, last });
+        }
+        eprintln!(
+            "ptah-runner: plan fetch attempt {attempts} failed ({last}); retrying in {} ms",
+            backoff.as_millis()
+        );
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
 /// The error and its sources, one line.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
@@ -273,25 +577,7 @@ pub async fn deliver(
     document: &ResultDocument,
     bound: Duration,
 ) -> Result<Delivered, DeliveryError> {
-    let token = read_token(&target.token_file)?;
-    let ca = match &target.ca_file {
-        None => None,
-        Some(path) => {
-            Some(
-                read_small(path, MAX_CA_BYTES).map_err(|reason| DeliveryError::CaFile {
-                    path: path.display().to_string(),
-                    reason,
-                })?,
-            )
-        }
-    };
-    let sender = Sender::new(ca.as_deref()).map_err(|e| match (&target.ca_file, e) {
-        (Some(path), DeliveryError::Client(reason)) => DeliveryError::CaFile {
-            path: path.display().to_string(),
-            reason,
-        },
-        (_, e) => e,
-    })?;
+    let (sender, token) = sender_for(target)?;
     let body = serde_json::to_vec(document)
         .map_err(|e| DeliveryError::Client(format!("encoding the document: {e}")))?;
     let sha = content_sha256(&body);
@@ -512,5 +798,131 @@ mod tests {
             .to_string();
         assert!(e.contains("--result-token-file="), "{e}");
         assert!(!e.contains("t0ken"), "{e}");
+    }
+
+    #[test]
+    fn the_plans_url_is_beside_the_results_url() {
+        let op = OperationRef {
+            operation_id: format!("sha256:{}", "ab".repeat(32)),
+            attempt: 2,
+            resource: super::super::cli::ResourceRef {
+                kind: "PtahSchema".into(),
+                namespace: "shop".into(),
+                name: "orders".into(),
+            },
+            resource_uid: "u".into(),
+            generation: 1,
+            input_fingerprint: format!("sha256:{}", "cd".repeat(32)),
+            pod_name: None,
+            pod_uid: None,
+            job_uid: None,
+        };
+        assert_eq!(
+            plan_url("https://10.0.0.1:9443/v1/results", &op).unwrap(),
+            format!(
+                "https://10.0.0.1:9443/v1/plans/shop/PtahSchema/orders/sha256:{}/2",
+                "ab".repeat(32)
+            )
+        );
+        assert!(
+            plan_url("https://m.example/ptah/v1/results?x=1", &op)
+                .unwrap()
+                .starts_with("https://m.example/ptah/v1/plans/shop/")
+        );
+        assert!(matches!(
+            plan_url("https://m.example/other", &op),
+            Err(PlanFetchError::Url)
+        ));
+    }
+
+    /// A plans route answering 503 to its first request, then `status`
+    /// (200: the bytes `b"ALTER"`); counts the requests.
+    async fn plans(status: StatusCode) -> (String, String, Arc<AtomicU32>) {
+        let tls = Tls::self_signed(&["127.0.0.1"]).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(AtomicU32::new(0));
+        let count = seen.clone();
+        let handler: Handler = Arc::new(move |req| {
+            let n = count.fetch_add(1, Ordering::SeqCst);
+            let named = req.headers().get(POD_UID_HEADER).map(|v| v.as_bytes())
+                == Some(b"pod-uid".as_slice());
+            Box::pin(async move {
+                match (n, status) {
+                    _ if !named => answer(StatusCode::BAD_REQUEST, "Pod"),
+                    (0, _) => answer(StatusCode::SERVICE_UNAVAILABLE, "Unavailable"),
+                    (_, StatusCode::OK) => {
+                        let mut r = Response::new(Bytes::from_static(b"ALTER"));
+                        r.headers_mut().insert(
+                            CONTENT_SHA256_HEADER,
+                            content_sha256(b"ALTER").parse().unwrap(),
+                        );
+                        r
+                    }
+                    (_, s) => answer(s, "Token"),
+                }
+            })
+        });
+        let ca = tls.ca_pem.clone();
+        tokio::spawn(async move {
+            serve(
+                listener,
+                &tls,
+                Routes::new().route("/v1/plans/", handler),
+                1 << 20,
+            )
+            .await
+        });
+        (format!("https://127.0.0.1:{port}/v1/results"), ca, seen)
+    }
+
+    fn fetching_op() -> OperationRef {
+        OperationRef {
+            operation_id: format!("sha256:{}", "ab".repeat(32)),
+            attempt: 1,
+            resource: super::super::cli::ResourceRef {
+                kind: "PtahSchema".into(),
+                namespace: "shop".into(),
+                name: "orders".into(),
+            },
+            resource_uid: "u".into(),
+            generation: 1,
+            input_fingerprint: format!("sha256:{}", "cd".repeat(32)),
+            pod_name: Some("p".into()),
+            pod_uid: Some("pod-uid".into()),
+            job_uid: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_plan_fetch_retries_transient_failures_and_a_refusal_is_final() {
+        let (url, ca, seen) = plans(StatusCode::OK).await;
+        let (t, _dir) = target(&url, &ca);
+        let got = fetch_plan(&t, &fetching_op(), Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(got.bytes, b"ALTER");
+        assert_eq!(got.content_length, Some(5));
+        assert_eq!(got.sha256, Some(content_sha256(b"ALTER")));
+        assert_eq!(seen.load(Ordering::SeqCst), 2);
+        assert!(!format!("{got:?}").contains("ALTER"), "{got:?}");
+
+        let (url, ca, seen) = plans(StatusCode::UNAUTHORIZED).await;
+        let (t, _dir) = target(&url, &ca);
+        let e = fetch_plan(&t, &fetching_op(), Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, PlanFetchError::Refused { status: 401, .. }),
+            "{e}"
+        );
+        assert_eq!(seen.load(Ordering::SeqCst), 2);
+
+        let mut anonymous = fetching_op();
+        anonymous.pod_uid = None;
+        let e = fetch_plan(&t, &anonymous, Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("PTAH_POD_UID"), "{e}");
     }
 }

@@ -30,9 +30,22 @@
 //!
 //! Every step also takes `--timeout=<Go duration>` (default `10m`) and
 //! `--result-file=<path>`; neither is written by the Job builder today.
-//! `observe`, `plan`, `history` and `apply` parse their flags as designed and
-//! exit [`EXIT_NOT_IMPLEMENTED`]: they need the Ptah executor
-//! (`docs/executor.md`).
+//! `observe`, `plan`, `history` and a migration's `apply` parse their flags
+//! as designed and exit [`EXIT_NOT_IMPLEMENTED`]: they need the Ptah
+//! executor (`docs/executor.md`).
+//!
+//! A schema's `apply` (`--plan-content-digest`) first fetches the plan's
+//! bytes from the receiver with its token ([`deliver::fetch_plan`]: `GET`
+//! the plans path beside `--result-url`, naming the Pod), before anything
+//! else: the answer must name `--plan-fingerprint`, and the bytes must have
+//! the declared length and the SHA-256 of `--plan-content-digest`, or the
+//! step is refused ([`EXIT_REFUSED`], rule `planContentDigest` naming both
+//! digests, or `planFingerprint`; a plan the receiver could not read back is
+//! refused under rule `plan`, naming the chunk). The checked bytes are
+//! written to `<--work-dir>/`[`PLAN_FILE`] (`/work`, the Job's `work`
+//! emptyDir), read back and hashed; the result document reports
+//! [`StepOutput::PlanFetched`] with the outcome `NotImplemented`, exit
+//! [`EXIT_NOT_IMPLEMENTED`]: the executor part is still to come.
 //!
 //! # Credentials
 //!
@@ -80,7 +93,7 @@
 //! | Code | Meaning |
 //! | --- | --- |
 //! | 0 ([`EXIT_OK`]) | the step succeeded |
-//! | 1 ([`EXIT_REFUSED`]) | the source was refused: content, reachability or policy; the summary names the rule and the file |
+//! | 1 ([`EXIT_REFUSED`]) | the source was refused: content, reachability or policy; the summary names the rule and the file; or an Apply's plan bytes were refused (rule `plan`, `planFingerprint`, `planContentDigest`) |
 //! | 2 ([`EXIT_USAGE`]) | an argument, file or credential given to the step is invalid; the message names the flag |
 //! | 3 ([`EXIT_FAILED`]) | the step could not finish (network, registry, I/O) |
 //! | 4 ([`EXIT_DEADLINE`]) | a deadline passed before or during the step |
@@ -91,6 +104,7 @@ pub mod cli;
 pub mod credentials;
 pub mod database;
 pub mod deliver;
+pub mod migrations;
 mod steps;
 
 use std::borrow::Cow;
@@ -132,6 +146,9 @@ pub const STEPS: &[&str] = &[
     "history",
     "apply",
 ];
+
+/// The file under `--work-dir` a schema Apply writes its checked plan to.
+pub const PLAN_FILE: &str = "plan.sql";
 
 /// The largest termination message the kubelet keeps.
 pub const MAX_SUMMARY_BYTES: usize = 4096;
@@ -321,11 +338,39 @@ pub enum StepOutput {
         /// The outcome.
         plan: database::PlanOutcome,
     },
+    /// `apply` of a schema plan, as far as it goes before the executor: the
+    /// plan's bytes fetched from the receiver with the operation's token,
+    /// their length and SHA-256 checked against `--plan-content-digest`, and
+    /// written for Ptah. Reported with the outcome `NotImplemented` until
+    /// the executor runs them.
+    #[serde(rename_all = "camelCase")]
+    PlanFetched {
+        /// `--plan`.
+        plan: String,
+        /// `--plan-fingerprint`, which the receiver's answer also named.
+        plan_fingerprint: String,
+        /// `--plan-content-digest`, which the bytes gave.
+        content_digest: String,
+        /// The file written (its path absolute), read back and hashed.
+        file: FileResult,
+    },
     /// `apply`: what ran (the proof decides what it did).
     #[serde(rename_all = "camelCase")]
     Applied {
         /// The report.
         report: database::ApplyReport,
+    },
+    /// `history`: the revision table as Ptah reads it.
+    #[serde(rename_all = "camelCase")]
+    History {
+        /// The reading.
+        report: migrations::HistoryReport,
+    },
+    /// `apply` of a migration plan: how the run ended.
+    #[serde(rename_all = "camelCase")]
+    Ran {
+        /// The outcome.
+        outcome: migrations::RunOutcome,
     },
     /// `verify oci`.
     #[serde(rename_all = "camelCase")]
@@ -353,7 +398,8 @@ impl StepOutput {
             Self::Planned { plan } => {
                 (plan.change.as_ref().map(|c| c.content_digest.clone()), None)
             }
-            Self::Applied { .. } => (None, None),
+            Self::PlanFetched { content_digest, .. } => (Some(content_digest.clone()), None),
+            Self::Applied { .. } | Self::History { .. } | Self::Ran { .. } => (None, None),
         }
     }
 }

@@ -15,13 +15,14 @@ use supplychain::verification::{self, CompiledPolicy};
 use supplychain::{git, oci};
 
 use super::cli::{
-    ArtifactKindArg, CheckArgs, Command, CommonArgs, FetchCommand, FetchGitArgs, FetchOciArgs,
-    RegistryArgs, ResolveCommand, ResolveGitArgs, ResolveOciArgs, SourceCommand, StepBounds,
-    VerifyCommand, VerifyOciArgs,
+    ApplyArgs, ArtifactKindArg, CheckArgs, Command, CommonArgs, FetchCommand, FetchGitArgs,
+    FetchOciArgs, RegistryArgs, ResolveCommand, ResolveGitArgs, ResolveOciArgs, SourceCommand,
+    StepBounds, VerifyCommand, VerifyOciArgs,
 };
 use super::credentials::{git_credentials, read_optional, registry_credentials};
-use super::deliver::{self, Delivered, DeliveryError, Target};
-use super::{FileResult, OperationRef, ResultDocument, StepError, StepOutput, budget};
+use super::deliver::{self, Delivered, DeliveryError, FetchedPlan, PlanFetchError, Target};
+use super::{FileResult, OperationRef, PLAN_FILE, ResultDocument, StepError, StepOutput, budget};
+use crate::execution::receiver::{REASON_PLAN_REFUSED, content_sha256};
 
 /// The largest verification policy read.
 const MAX_POLICY_BYTES: u64 = 1024 * 1024;
@@ -137,13 +138,21 @@ pub async fn run_step(command: Command) -> Finished {
         }
         Command::Apply(a) => {
             let c = a.database.common.clone();
+            let (op, target) = (operation_ref(&c), Target::of(&c));
+            // A schema plan is fetched and checked before anything else; a
+            // migration's sequence needs the executor from the start.
+            let step: StepFuture = if a.plan_content_digest.is_some() {
+                Box::pin(apply_schema(a, op.clone(), target.clone()))
+            } else {
+                Box::pin(not_implemented())
+            };
             (
                 "apply",
-                Some((operation_ref(&c), Target::of(&c))),
+                Some((op, target)),
                 c.bounds,
-                None,
-                None,
-                Box::pin(not_implemented()),
+                c.dispatch_not_after,
+                c.execution_not_after,
+                step,
             )
         }
     };
@@ -153,12 +162,28 @@ pub async fn run_step(command: Command) -> Finished {
         ))),
         _ => guarded(budget(bounds.timeout, execution), outcome).await,
     };
+    // A schema Apply goes as far as its checked plan: what it did is kept,
+    // typed, beside the executor part still to come.
+    let (result, done) = match result {
+        Ok(fetched @ StepOutput::PlanFetched { .. }) => (
+            Err(StepError::NotImplemented(
+                "the plan was fetched and checked; running it needs the Ptah executor \
+                 (docs/executor.md)"
+                    .into(),
+            )),
+            Some(fetched),
+        ),
+        other => (other, None),
+    };
     let exit_code = match &result {
         Ok(_) => super::EXIT_OK,
         Err(e) => e.exit_code(),
     };
     let (operation, target) = operation.unzip();
-    let document = ResultDocument::new(step, operation, started, &result);
+    let mut document = ResultDocument::new(step, operation, started, &result);
+    if done.is_some() {
+        document.result = done;
+    }
     let delivery = match target {
         None => None,
         Some(target) => {
@@ -195,6 +220,153 @@ async fn not_implemented() -> Result<StepOutput, StepError> {
     Err(StepError::NotImplemented(
         "needs the Ptah executor (docs/executor.md); the flags were checked".into(),
     ))
+}
+
+// ---- apply (schema): the plan's bytes ----
+
+/// A plan fetch that failed, as the step reports it: a plan the receiver
+/// could not read back, or bytes over the limit, are refused; a missing
+/// input is invalid; anything else could not finish.
+fn plan_fetch_error(e: PlanFetchError) -> StepError {
+    match &e {
+        PlanFetchError::Refused { reason, .. } if reason == REASON_PLAN_REFUSED => {
+            StepError::refused("plan", None, e.to_string())
+        }
+        PlanFetchError::TooLarge { .. } => StepError::refused("planLength", None, e.to_string()),
+        PlanFetchError::Setup(DeliveryError::TokenFile { .. } | DeliveryError::CaFile { .. })
+        | PlanFetchError::Url
+        | PlanFetchError::Pod(_) => StepError::input(e.to_string()),
+        _ => StepError::failed(e.to_string()),
+    }
+}
+
+/// The fetched bytes must be the plan the flags name: its name and
+/// fingerprint as the receiver answered them, the declared length, and the
+/// SHA-256 of `--plan-content-digest` (declared and computed). Each refusal
+/// names the rule and both values.
+pub(crate) fn check_plan(
+    fetched: &FetchedPlan,
+    plan: &str,
+    fingerprint: &str,
+    content_digest: &str,
+) -> Result<(), StepError> {
+    if fetched.plan_name.as_deref() != Some(plan) {
+        return Err(StepError::refused(
+            "plan",
+            None,
+            format!(
+                "the receiver answered plan {:?}, not --plan={plan}",
+                fetched.plan_name.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
+    if fetched.plan_fingerprint.as_deref() != Some(fingerprint) {
+        return Err(StepError::refused(
+            "planFingerprint",
+            None,
+            format!(
+                "the receiver answered fingerprint {:?}, not --plan-fingerprint={fingerprint}",
+                fetched.plan_fingerprint.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
+    let size = fetched.bytes.len() as u64;
+    if fetched.content_length.is_some_and(|n| n != size) {
+        return Err(StepError::refused(
+            "planLength",
+            None,
+            format!(
+                "{size} bytes arrived, {} were declared",
+                fetched.content_length.unwrap_or_default()
+            ),
+        ));
+    }
+    let found = content_sha256(&fetched.bytes);
+    if found != content_digest {
+        return Err(StepError::refused(
+            "planContentDigest",
+            None,
+            format!(
+                "the plan's {size} bytes have SHA-256 {found}, not --plan-content-digest={content_digest}"
+            ),
+        ));
+    }
+    if fetched.sha256.as_deref() != Some(content_digest) {
+        return Err(StepError::refused(
+            "planContentDigest",
+            None,
+            format!(
+                "the receiver declared {:?}, not --plan-content-digest={content_digest}",
+                fetched.sha256.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Writes the checked bytes where Ptah reads them, then reads them back:
+/// what the file holds is what is reported.
+fn write_plan(
+    work_dir: &Path,
+    bytes: &[u8],
+    content_digest: &str,
+) -> Result<FileResult, StepError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = work_dir.join(PLAN_FILE);
+    let io = |what: &str, e: std::io::Error| {
+        StepError::failed(format!("{what} {}: {}", path.display(), e.kind()))
+    };
+    fs::create_dir_all(work_dir).map_err(|e| io("creating the directory of", e))?;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| io("opening", e))?;
+    file.write_all(bytes).map_err(|e| io("writing", e))?;
+    file.sync_all().map_err(|e| io("syncing", e))?;
+    drop(file);
+    let written = fs::read(&path).map_err(|e| io("reading back", e))?;
+    let sha256 = content_sha256(&written);
+    if sha256 != content_digest {
+        return Err(StepError::failed(format!(
+            "{} holds SHA-256 {sha256} after writing, not {content_digest}",
+            path.display()
+        )));
+    }
+    Ok(FileResult {
+        path: path.display().to_string(),
+        size: written.len() as u64,
+        sha256,
+    })
+}
+
+/// A schema Apply up to the executor: fetch the plan's bytes with the
+/// operation's token, check them against the flags, write them for Ptah.
+async fn apply_schema(
+    a: ApplyArgs,
+    op: OperationRef,
+    target: Target,
+) -> Result<StepOutput, StepError> {
+    let content_digest = a
+        .plan_content_digest
+        .clone()
+        .ok_or_else(|| StepError::input("--plan-content-digest is required for a schema plan"))?;
+    let fetched = deliver::fetch_plan(&target, &op, deliver::MAX_DELIVERY)
+        .await
+        .map_err(plan_fetch_error)?;
+    check_plan(&fetched, &a.plan, &a.plan_fingerprint, &content_digest)?;
+    let work_dir = a.work_dir.clone();
+    let digest = content_digest.clone();
+    let file = blocking(move || write_plan(&work_dir, &fetched.bytes, &digest)).await?;
+    Ok(StepOutput::PlanFetched {
+        plan: a.plan,
+        plan_fingerprint: a.plan_fingerprint,
+        content_digest,
+        file,
+    })
 }
 
 /// The next SIGTERM (the runner is PID 1: nothing else ends it).
@@ -915,5 +1087,197 @@ mod tests {
             StepError::Refused { rule, .. } => assert_eq!(rule, "rules[1] (git.maxFiles)"),
             other => panic!("{other:?}"),
         }
+    }
+
+    const PLAN_D: &str = "sha256:3333333333333333333333333333333333333333333333333333333333333333";
+    const PLAN_SQL: &[u8] = b"ALTER TABLE orders ADD COLUMN note text;\n";
+
+    fn fetched(bytes: &[u8]) -> FetchedPlan {
+        FetchedPlan {
+            bytes: bytes.to_vec(),
+            content_length: Some(bytes.len() as u64),
+            sha256: Some(content_sha256(bytes)),
+            plan_name: Some("orders-0123456789ab".into()),
+            plan_fingerprint: Some(PLAN_D.into()),
+        }
+    }
+
+    fn rule_of(e: &StepError) -> &str {
+        match e {
+            StepError::Refused { rule, .. } => rule,
+            other => panic!("not a refusal: {other}"),
+        }
+    }
+
+    #[test]
+    fn fetched_plan_bytes_must_be_the_flags_plan() {
+        let digest = content_sha256(PLAN_SQL);
+        let check = |f: &FetchedPlan| check_plan(f, "orders-0123456789ab", PLAN_D, &digest);
+        assert!(check(&fetched(PLAN_SQL)).is_ok());
+
+        let e = check(&fetched(b"DROP TABLE orders;\n")).unwrap_err();
+        assert_eq!(rule_of(&e), "planContentDigest");
+        assert_eq!(e.exit_code(), super::super::EXIT_REFUSED);
+        let text = e.to_string();
+        assert!(text.contains(&digest), "{text}");
+        assert!(
+            text.contains(&content_sha256(b"DROP TABLE orders;\n")),
+            "{text}"
+        );
+
+        let mut f = fetched(PLAN_SQL);
+        f.content_length = Some(3);
+        assert_eq!(rule_of(&check(&f).unwrap_err()), "planLength");
+        let mut f = fetched(PLAN_SQL);
+        f.plan_fingerprint = Some(digest.clone());
+        assert_eq!(rule_of(&check(&f).unwrap_err()), "planFingerprint");
+        let mut f = fetched(PLAN_SQL);
+        f.plan_name = None;
+        assert_eq!(rule_of(&check(&f).unwrap_err()), "plan");
+        let mut f = fetched(PLAN_SQL);
+        f.sha256 = None;
+        assert_eq!(rule_of(&check(&f).unwrap_err()), "planContentDigest");
+    }
+
+    /// A receiver answering every plan request with `status`, `body` and
+    /// the plan headers; the URL of its results path and its CA.
+    async fn plan_receiver(status: u16, body: Vec<u8>, sha256: String) -> (String, String) {
+        use crate::execution::receiver::{
+            CONTENT_SHA256_HEADER, PLAN_FINGERPRINT_HEADER, PLAN_NAME_HEADER, PLANS_PATH,
+            POD_NAME_HEADER,
+        };
+        use crate::server::{Handler, Routes, Tls, serve};
+        let tls = Tls::self_signed(&["127.0.0.1"]).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handler: Handler = std::sync::Arc::new(move |req| {
+            let named = req.headers().get(POD_NAME_HEADER).is_some()
+                && req.headers().get("authorization").map(|v| v.as_bytes())
+                    == Some(b"Bearer t0ken".as_slice());
+            let (body, sha256) = (body.clone(), sha256.clone());
+            Box::pin(async move {
+                let mut r = http::Response::new(bytes::Bytes::from(body));
+                *r.status_mut() =
+                    http::StatusCode::from_u16(if named { status } else { 400 }).unwrap();
+                let h = r.headers_mut();
+                h.insert(CONTENT_SHA256_HEADER, sha256.parse().unwrap());
+                h.insert(PLAN_NAME_HEADER, "orders-0123456789ab".parse().unwrap());
+                h.insert(PLAN_FINGERPRINT_HEADER, PLAN_D.parse().unwrap());
+                r
+            })
+        });
+        let ca = tls.ca_pem.clone();
+        tokio::spawn(async move {
+            serve(
+                listener,
+                &tls,
+                Routes::new().route(PLANS_PATH, handler),
+                1 << 20,
+            )
+            .await
+        });
+        (format!("https://127.0.0.1:{port}/v1/results"), ca)
+    }
+
+    /// `apply` of a schema plan against `url`, its files under `dir`.
+    fn apply_args(
+        url: &str,
+        ca: &str,
+        dir: &Path,
+        digest: &str,
+    ) -> (ApplyArgs, OperationRef, Target) {
+        use clap::Parser;
+        std::fs::write(dir.join("token"), "t0ken\n").unwrap();
+        std::fs::write(dir.join("ca.pem"), ca).unwrap();
+        let cli = super::super::cli::Cli::try_parse_from([
+            "ptah-runner".to_string(),
+            "apply".into(),
+            format!("--operation-id={PLAN_D}"),
+            "--attempt=1".into(),
+            "--resource=PtahSchema/ns/orders".into(),
+            "--resource-uid=u".into(),
+            "--generation=1".into(),
+            format!("--input-fingerprint={PLAN_D}"),
+            format!("--result-url={url}"),
+            format!("--result-token-file={}", dir.join("token").display()),
+            format!("--result-ca-file={}", dir.join("ca.pem").display()),
+            "--engine=postgresql".into(),
+            "--source=/source".into(),
+            "--source-kind=ConfigMap".into(),
+            format!("--content-digest={PLAN_D}"),
+            "--connect-timeout=10s".into(),
+            "--lock-timeout=30s".into(),
+            "--plan=orders-0123456789ab".into(),
+            format!("--plan-fingerprint={PLAN_D}"),
+            format!("--plan-content-digest={digest}"),
+            "--transaction-mode=all".into(),
+            format!("--work-dir={}", dir.join("work").display()),
+        ])
+        .unwrap();
+        let super::super::cli::Command::Apply(a) = cli.command else {
+            panic!("not apply")
+        };
+        let c = a.database.common.clone();
+        let mut op = operation_ref(&c);
+        op.pod_name = Some("ptah-apply-orders-3333333333333333-abcde".into());
+        op.pod_uid = Some("pod-uid".into());
+        (a, op, Target::of(&c))
+    }
+
+    #[tokio::test]
+    async fn a_schema_apply_fetches_checks_and_writes_its_plan_before_anything_else() {
+        let digest = content_sha256(PLAN_SQL);
+        let (url, ca) = plan_receiver(200, PLAN_SQL.to_vec(), digest.clone()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let (a, op, target) = apply_args(&url, &ca, dir.path(), &digest);
+        let out = apply_schema(a, op, target).await.unwrap();
+        let written = dir.path().join("work").join(PLAN_FILE);
+        match out {
+            StepOutput::PlanFetched {
+                plan,
+                content_digest,
+                file,
+                ..
+            } => {
+                assert_eq!(plan, "orders-0123456789ab");
+                assert_eq!(content_digest, digest);
+                assert_eq!(file.path, written.display().to_string());
+                assert_eq!(file.size, PLAN_SQL.len() as u64);
+                assert_eq!(file.sha256, digest);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(std::fs::read(&written).unwrap(), PLAN_SQL);
+    }
+
+    #[tokio::test]
+    async fn other_bytes_are_refused_naming_the_digest_and_nothing_is_written() {
+        let digest = content_sha256(PLAN_SQL);
+        let other = b"DROP TABLE orders;\n".to_vec();
+        let (url, ca) = plan_receiver(200, other.clone(), digest.clone()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let (a, op, target) = apply_args(&url, &ca, dir.path(), &digest);
+        let e = apply_schema(a, op, target).await.unwrap_err();
+        assert_eq!(rule_of(&e), "planContentDigest");
+        assert!(e.to_string().contains(&content_sha256(&other)), "{e}");
+        assert!(!dir.path().join("work").join(PLAN_FILE).exists());
+    }
+
+    #[tokio::test]
+    async fn a_plan_the_receiver_could_not_read_back_is_refused_naming_the_chunk() {
+        let digest = content_sha256(PLAN_SQL);
+        let answer = serde_json::to_vec(&crate::execution::receiver::Answer {
+            reason: REASON_PLAN_REFUSED.into(),
+            message:
+                "PtahSchemaPlanChunk orders-0123456789ab-001 of plan orders-0123456789ab: altered"
+                    .into(),
+        })
+        .unwrap();
+        let (url, ca) = plan_receiver(409, answer, digest.clone()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let (a, op, target) = apply_args(&url, &ca, dir.path(), &digest);
+        let e = apply_schema(a, op, target).await.unwrap_err();
+        assert_eq!(rule_of(&e), "plan");
+        assert!(e.to_string().contains("orders-0123456789ab-001"), "{e}");
     }
 }

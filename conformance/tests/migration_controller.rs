@@ -1,0 +1,257 @@
+//! The PtahMigration controller end to end, as far as the harness can take it
+//! without the Ptah executor (docs/executor.md): a real manager process
+//! against the real API server, Job controller and process kubelet.
+//!
+//! * A ConfigMap migration directory is snapshotted by the manager (no Job),
+//!   the History read is claimed and dispatched as one Job, its runner
+//!   delivers its result (it needs the executor), and the read keeps its
+//!   claim and runs again after `failureRetryInterval`.
+//! * A PtahSchema and a PtahMigration on one database without `sharedRealm`
+//!   are both `RealmConflict`: the census counts both families.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt;
+use kube::api::ListParams;
+use serde_json::{Value, json};
+
+use conformance::harness::Harness;
+use conformance::testkit::manager::{Manager, ManagerSpec};
+use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
+use conformance::testkit::wait::Patience;
+use operator::api::condition::{MigrationConditionType, MigrationPhase, Reason, SchemaPhase};
+use operator::api::journal::JournalEntryType;
+use operator::api::migration::PtahMigration;
+use operator::api::schema::PtahSchema;
+use operator::api::status::OperationType;
+use operator::execution::job::{ANNOTATION_ATTEMPT, ANNOTATION_OPERATION_ID};
+
+async fn harness() -> &'static Harness {
+    conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await
+}
+
+const PATIENCE: Patience = Patience::new(Duration::from_secs(120), Duration::from_millis(250));
+
+async fn namespace(test: &str) -> anyhow::Result<TestNamespace> {
+    TestNamespace::new(
+        harness().await,
+        "migctl",
+        test,
+        NamespaceSpec::default()
+            .with_crds()
+            .with_service_account(Duration::from_secs(60)),
+    )
+    .await
+}
+
+async fn setup(ns: &TestNamespace) -> anyhow::Result<()> {
+    let url = std::fs::read_to_string(ns.harness().secret_file("mariadb.url"))?;
+    ns.create::<Secret>(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "db"},
+        "stringData": {"url": url.trim()},
+    }))
+    .await?;
+    ns.create::<ConfigMap>(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "migrations"},
+        "data": {
+            "0001_orders.up.sql": "CREATE TABLE orders (id int PRIMARY KEY);",
+            "0001_orders.down.sql": "DROP TABLE orders;",
+        },
+    }))
+    .await?;
+    Ok(())
+}
+
+fn migration(name: &str, key: &str, retry: &str) -> Value {
+    json!({
+        "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahMigration",
+        "metadata": {"name": name},
+        "spec": {
+            "target": {"engine": "MariaDB", "urlFrom": {"name": "db", "key": "url"}, "coordinationKey": key},
+            "source": {"configMap": {"name": "migrations"}},
+            "policy": {"apply": "OnApproval"},
+            "execution": {"failureRetryInterval": retry},
+        },
+    })
+}
+
+async fn until<F>(
+    ns: &TestNamespace,
+    name: &str,
+    what: &str,
+    ok: F,
+) -> anyhow::Result<PtahMigration>
+where
+    F: Fn(&PtahMigration) -> bool,
+{
+    let api = ns.api::<PtahMigration>();
+    PATIENCE
+        .poll(what, || {
+            let api = api.clone();
+            let ok = &ok;
+            async move {
+                let m = api.get(name).await?;
+                anyhow::Ok(ok(&m).then_some(m))
+            }
+        })
+        .await
+}
+
+fn failed_history_reads(m: &PtahMigration) -> usize {
+    m.status
+        .as_ref()
+        .map(|st| {
+            st.journal
+                .iter()
+                .filter(|e| {
+                    e.type_ == JournalEntryType::OperationFailed
+                        && e.operation == Some(OperationType::History)
+                })
+                .map(|e| e.count.unwrap_or(1) as usize)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+async fn delete_all(ns: &TestNamespace) -> anyhow::Result<()> {
+    let (m, s) = (ns.api::<PtahMigration>(), ns.api::<PtahSchema>());
+    m.delete_collection(&Default::default(), &ListParams::default())
+        .await?;
+    s.delete_collection(&Default::default(), &ListParams::default())
+        .await?;
+    PATIENCE
+        .poll("the resources to be deleted", || {
+            let (m, s) = (m.clone(), s.clone());
+            async move {
+                let left = m.list(&ListParams::default()).await?.items.len()
+                    + s.list(&ListParams::default()).await?.items.len();
+                anyhow::Ok((left == 0).then_some(()))
+            }
+        })
+        .await
+}
+
+#[tokio::test]
+async fn a_configmap_migration_is_snapshotted_and_each_history_attempt_has_one_job()
+-> anyhow::Result<()> {
+    let ns = namespace("history").await?;
+    setup(&ns).await?;
+    ns.create::<PtahMigration>(migration("orders", "orders", "5s"))
+        .await?;
+    let manager = Manager::start(&ns, &ManagerSpec::default())?;
+
+    let m = until(&ns, "orders", "two failed History reads", |m| {
+        failed_history_reads(m) >= 2
+    })
+    .await
+    .with_context(|| manager.log())?;
+    let st = m.status.as_ref().context("status")?;
+    let src = st.source.as_ref().context("the snapshot")?;
+    assert!(
+        src.config_map.is_some(),
+        "Resolve was the manager's snapshot"
+    );
+    let resolved = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == MigrationConditionType::ArtifactResolved)
+        .context("ArtifactResolved")?;
+    assert_eq!(resolved.reason, Reason::SnapshotTaken);
+    let claim = st
+        .active_operation
+        .as_ref()
+        .context("the read keeps its claim")?;
+    assert_eq!(claim.type_, OperationType::History);
+    assert!(claim.attempt >= 2);
+    assert!(
+        claim.lease_epoch.is_none(),
+        "reading history takes no Lease"
+    );
+
+    let jobs = ns.api::<Job>().list(&ListParams::default()).await?;
+    let per_attempt: Vec<(String, String)> = jobs
+        .items
+        .iter()
+        .map(|j| {
+            let a = j.annotations();
+            (
+                a.get(ANNOTATION_OPERATION_ID).cloned().unwrap_or_default(),
+                a.get(ANNOTATION_ATTEMPT).cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let distinct: BTreeSet<_> = per_attempt.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        per_attempt.len(),
+        "one Job per attempt: {per_attempt:?}"
+    );
+    assert!(
+        jobs.items
+            .iter()
+            .all(|j| j.name_any().starts_with("ptah-m-history-")),
+        "every Job is a History read of the migration"
+    );
+    delete_all(&ns).await?;
+    drop(manager);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_schema_and_a_migration_on_one_database_conflict() -> anyhow::Result<()> {
+    let ns = namespace("realm").await?;
+    setup(&ns).await?;
+    ns.create::<PtahMigration>(migration("orders", "shop-db", "1h"))
+        .await?;
+    ns.create::<PtahSchema>(json!({
+        "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
+        "metadata": {"name": "orders"},
+        "spec": {
+            "target": {"engine": "MySQL", "urlFrom": {"name": "db", "key": "url"}, "coordinationKey": "shop-db"},
+            "source": {"configMap": {"name": "migrations"}},
+        },
+    }))
+    .await?;
+    let manager = Manager::start(&ns, &ManagerSpec::default())?;
+    until(&ns, "orders", "the migration's RealmConflict", |m| {
+        let st = m.status.as_ref();
+        st.and_then(|s| s.phase) == Some(MigrationPhase::Blocked)
+            && st.is_some_and(|s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == MigrationConditionType::Stalled && c.reason == Reason::RealmConflict
+                })
+            })
+    })
+    .await
+    .with_context(|| manager.log())?;
+    let schemas = ns.api::<PtahSchema>();
+    PATIENCE
+        .poll("the schema's RealmConflict", || {
+            let schemas = schemas.clone();
+            async move {
+                let s = schemas.get("orders").await?;
+                anyhow::Ok(
+                    (s.status.as_ref().and_then(|st| st.phase) == Some(SchemaPhase::Blocked))
+                        .then_some(()),
+                )
+            }
+        })
+        .await?;
+    assert!(
+        ns.api::<Job>()
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty(),
+        "neither read the database"
+    );
+    delete_all(&ns).await?;
+    drop(manager);
+    Ok(())
+}
