@@ -1,18 +1,15 @@
-//! The Job of a claim: what the builder is given, from the schema's spec, its
-//! status and the claim. Pure; the create itself is in [`super::schema`].
+//! The Job of a schema's claim: what the builder is given, from the spec, the
+//! status and the claim, on the input both families share
+//! ([`super::migration_dispatch::common_input`]). Pure; the create itself is
+//! in [`super::runtime`].
 
 use crate::api::annotations::SCHEMA_LABEL;
-use crate::api::common::{ConfigMapKeyRef, DatabaseEngine};
 use crate::api::schema::PtahSchema;
-use crate::api::source::SourceKind;
 use crate::api::status::{ActiveOperation, OperationType};
-use crate::execution::job::{
-    ApplyInput, ClaimInput, GitInput, JobInput, OciInput, Owner, OwnerKind, ResultDelivery,
-    SourceInput, TargetInput,
-};
-use crate::execution::receiver::{RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY, token_secret_name};
+use crate::execution::job::{ApplyInput, JobInput, OwnerKind};
 
 use super::Config;
+use super::migration_dispatch::{Family, common_input};
 
 /// Why a claim's Job cannot be built: names the field.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -31,58 +28,29 @@ fn missing(field: &'static str, reason: &str) -> NotBuildable {
     }
 }
 
-/// The builder's input for `claim` of `schema`.
+/// The builder's input for `claim` of `schema`: what both families share,
+/// with the schema's dev database and the plan an Apply runs.
 pub fn job_input(
     schema: &PtahSchema,
     claim: &ActiveOperation,
     config: &Config,
 ) -> Result<JobInput, NotBuildable> {
-    let meta = &schema.metadata;
-    let owner = Owner {
-        kind: OwnerKind::PtahSchema,
-        name: meta.name.clone().unwrap_or_default(),
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        uid: meta.uid.clone().unwrap_or_default(),
-        generation: meta.generation.unwrap_or(0),
-    };
-    let job_name = claim
-        .job_name
-        .clone()
-        .ok_or_else(|| missing("status.activeOperation.jobName", "not reserved"))?;
     let spec = &schema.spec;
-    let engine = DatabaseEngine::from_spec(&spec.target.engine).ok_or_else(|| NotBuildable {
-        field: "spec.target.engine",
-        reason: format!("{:?} is not supported", spec.target.engine),
-    })?;
-    Ok(JobInput {
-        operation: claim.type_,
-        owner,
-        claim: ClaimInput {
-            operation_id: claim.operation_id.clone(),
-            input_fingerprint: claim.input_fingerprint.clone(),
-            attempt: claim.attempt,
-            dispatch_not_after: claim.dispatch_not_after.clone(),
-            execution_not_after: claim.execution_not_after.clone(),
+    let mut input = common_input(
+        OwnerKind::PtahSchema,
+        &schema.metadata,
+        claim,
+        config,
+        Family {
+            target: &spec.target,
+            source: &spec.source,
+            execution: &spec.execution,
+            lock_timeout: &spec.policy.lock_timeout,
         },
-        execution: spec.execution.clone(),
-        target: TargetInput {
-            engine,
-            url_from: spec.target.url_from.clone(),
-            dev_url_from: spec.dev.as_ref().map(|d| d.url_from.clone()),
-            lock_timeout: spec.policy.lock_timeout.clone(),
-        },
-        source: source_input(schema, claim)?,
-        apply: apply_input(schema, claim)?,
-        images: config.images.clone(),
-        result: ResultDelivery {
-            receiver_url: config.receiver_url.clone(),
-            token_secret_name: token_secret_name(&job_name),
-            receiver_ca: Some(ConfigMapKeyRef {
-                name: RECEIVER_CA_CONFIGMAP.into(),
-                key: RECEIVER_CA_KEY.into(),
-            }),
-        },
-    })
+    )?;
+    input.target.dev_url_from = spec.dev.as_ref().map(|d| d.url_from.clone());
+    input.apply = apply_input(schema, claim)?;
+    Ok(input)
 }
 
 /// What an Apply runs: the plan its claim names, whose bytes the runner
@@ -116,91 +84,6 @@ fn apply_input(
     }))
 }
 
-/// What the operation reads: the spec for Resolve, the claim's binding for
-/// everything after it.
-fn source_input(schema: &PtahSchema, claim: &ActiveOperation) -> Result<SourceInput, NotBuildable> {
-    let src = &schema.spec.source;
-    let resolve = claim.type_ == OperationType::Resolve;
-    let bound = claim.source.as_ref();
-    match src.kind() {
-        Some(SourceKind::ConfigMap) => {
-            let b = bound.ok_or_else(|| missing("status.activeOperation.source", "not bound"))?;
-            Ok(SourceInput::ConfigMap {
-                snapshot_name: b.snapshot_name.clone().ok_or_else(|| {
-                    missing(
-                        "status.activeOperation.source.snapshotName",
-                        "no snapshot bound",
-                    )
-                })?,
-                content_digest: b.content_digest.clone(),
-            })
-        }
-        Some(SourceKind::Git) => {
-            let git = src
-                .git
-                .as_ref()
-                .ok_or_else(|| missing("spec.source.git", "absent"))?;
-            let (commit, content_digest) = if resolve {
-                (None, None)
-            } else {
-                let b =
-                    bound.ok_or_else(|| missing("status.activeOperation.source", "not bound"))?;
-                (b.commit.clone(), Some(b.content_digest.clone()))
-            };
-            Ok(SourceInput::Git(GitInput {
-                url: git.url.clone(),
-                git_ref: git.git_ref.clone(),
-                commit,
-                path: git.path.clone(),
-                content_digest,
-                secret_name: git.secret_ref.as_ref().map(|s| s.name.clone()),
-                source_policy: if resolve {
-                    src.source_policy_from.clone()
-                } else {
-                    None
-                },
-            }))
-        }
-        Some(SourceKind::OCI) => {
-            let oci = src
-                .oci
-                .as_ref()
-                .ok_or_else(|| missing("spec.source.oci", "absent"))?;
-            let reference = if resolve {
-                oci.oci_ref.clone()
-            } else {
-                bound
-                    .and_then(|b| b.resolved_reference.clone())
-                    .ok_or_else(|| {
-                        missing(
-                            "status.activeOperation.source.resolvedReference",
-                            "no digest pinned",
-                        )
-                    })?
-            };
-            Ok(SourceInput::Oci(OciInput {
-                reference,
-                auth: oci.registry_auth_from.clone(),
-                transport: oci.transport.clone(),
-                verification_policy: if claim.type_ == OperationType::Verify {
-                    Some(src.verification_policy_from.clone().ok_or_else(|| {
-                        missing(
-                            "spec.source.verificationPolicyFrom",
-                            "an OCI source needs a verification policy",
-                        )
-                    })?)
-                } else {
-                    None
-                },
-            }))
-        }
-        None => Err(missing(
-            "spec.source",
-            "set exactly one of configMap, git or oci",
-        )),
-    }
-}
-
 /// The label selector of a schema's Jobs.
 pub fn jobs_of(schema_name: &str) -> String {
     format!("{SCHEMA_LABEL}={schema_name}")
@@ -209,8 +92,11 @@ pub fn jobs_of(schema_name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::source::SourceKind;
     use crate::api::status::SourceBinding;
     use crate::execution::job::Images;
+    use crate::execution::job::SourceInput;
+    use crate::execution::receiver::token_secret_name;
 
     fn config() -> Config {
         Config {
