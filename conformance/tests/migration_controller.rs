@@ -8,6 +8,11 @@
 //!   claim and runs again after `failureRetryInterval`.
 //! * A PtahSchema and a PtahMigration on one database without `sharedRealm`
 //!   are both `RealmConflict`: the census counts both families.
+//! * A restore that put back the metadata without status (the test creates
+//!   the object with the unresolved-run annotation) holds the resource
+//!   Blocked with `status.unresolvedRun` and the journal's `RunFinished`; an
+//!   acknowledgment of that run releases it (`RunAcknowledged`,
+//!   `resolvedRun`) and the annotation copy goes.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -251,6 +256,90 @@ async fn a_schema_and_a_migration_on_one_database_conflict() -> anyhow::Result<(
             .is_empty(),
         "neither read the database"
     );
+    delete_all(&ns).await?;
+    drop(manager);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_hold_put_back_from_its_annotation_blocks_until_acknowledged() -> anyhow::Result<()> {
+    use operator::api::annotations::UNRESOLVED_RUN;
+    use operator::api::approval::PtahMigrationRunAcknowledgment;
+    let ns = namespace("restore").await?;
+    setup(&ns).await?;
+    // What a restore puts back: the metadata with the hold's copy, no status.
+    let operation = format!("sha256:{}", "ab".repeat(32));
+    let run = json!({
+        "operationID": operation,
+        "outcome": "Unknown",
+        "authorization": "Approval",
+        "planName": "orders-1",
+        "jobName": "ptah-m-apply-orders-abababababababab",
+        "finishedAt": "2026-11-30T08:00:00Z",
+        "recordedAt": "2026-11-30T08:00:01Z",
+    });
+    let mut manifest = migration("orders", "orders", "1h");
+    manifest["metadata"]["annotations"] = json!({UNRESOLVED_RUN: run.to_string()});
+    let created = ns.create::<PtahMigration>(manifest).await?;
+    let manager = Manager::start(&ns, &ManagerSpec::default())?;
+
+    let m = until(&ns, "orders", "the hold back from its annotation", |m| {
+        m.status
+            .as_ref()
+            .and_then(|st| st.unresolved_run.as_ref())
+            .is_some_and(|r| r.operation_id == operation)
+    })
+    .await
+    .with_context(|| manager.log())?;
+    let st = m.status.as_ref().context("status")?;
+    assert_eq!(st.phase, Some(MigrationPhase::Blocked));
+    assert!(
+        st.journal
+            .iter()
+            .any(|e| e.type_ == JournalEntryType::RunFinished
+                && e.operation_id.as_deref() == Some(operation.as_str())),
+        "the journal holds the run the lost status held: {:?}",
+        st.journal
+    );
+
+    // A person establishes what the run did and acknowledges it.
+    ns.create::<PtahMigrationRunAcknowledgment>(json!({
+        "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahMigrationRunAcknowledgment",
+        "metadata": {"name": "orders-run"},
+        "spec": {
+            "migrationRef": {"name": "orders", "uid": created.metadata.uid},
+            "operationID": operation,
+            "acknowledgedBy": {"username": "alice"},
+            "acknowledgedAt": "2026-11-30T09:00:00Z",
+        },
+    }))
+    .await?;
+    let m = until(&ns, "orders", "the hold released", |m| {
+        m.status
+            .as_ref()
+            .is_some_and(|st| st.unresolved_run.is_none() && st.resolved_run.is_some())
+    })
+    .await
+    .with_context(|| manager.log())?;
+    let st = m.status.as_ref().context("status")?;
+    assert!(
+        st.journal
+            .iter()
+            .any(|e| e.type_ == JournalEntryType::RunAcknowledged
+                && e.operation_id.as_deref() == Some(operation.as_str())),
+        "RunAcknowledged joins the run by its operationID: {:?}",
+        st.journal
+    );
+    let api = ns.api::<PtahMigration>();
+    PATIENCE
+        .poll("the annotation copy removed", || {
+            let api = api.clone();
+            async move {
+                let m = api.get("orders").await?;
+                anyhow::Ok((!m.annotations().contains_key(UNRESOLVED_RUN)).then_some(()))
+            }
+        })
+        .await?;
     delete_all(&ns).await?;
     drop(manager);
     Ok(())
