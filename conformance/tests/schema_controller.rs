@@ -1012,7 +1012,7 @@ async fn a_dispatched_apply_whose_job_is_gone_is_never_replayed() -> anyhow::Res
         .await?;
 
     let second = Manager::start(&ns, &ManagerSpec::default())?;
-    let s = until(
+    until(
         &ns,
         "orders",
         "ApplyFinished with an unknown outcome",
