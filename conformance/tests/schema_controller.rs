@@ -14,7 +14,8 @@
 //! * Two schemas on one database without `sharedRealm` are both Blocked with
 //!   `RealmConflict`; with it on both, both go on.
 //! * A read request that is not an instant, and one longer than 64 bytes,
-//!   are answered as the seed says.
+//!   are answered as the seed says; a valid one answers a resource Blocked
+//!   by its verification policy with `ReadRequested` and a new Resolve.
 //! * `spec.suspend` drops a read between attempts and starts no new Job.
 //! * The manager killed right after each durable write of the dispatch
 //!   protocol leaves one Job per attempt and no lost claim.
@@ -844,6 +845,43 @@ async fn oci_source_is_resolved_verified_and_a_replaced_policy_is_read_at_once()
         "{}",
         verified.message
     );
+    one_job_per_attempt(&jobs(&ns).await?)?;
+
+    // Blocked by a policy answers a read request: recorded, a ReadRequested
+    // Event, and the read the interval would start (a Resolve) starts now.
+    let resolves = |all: &[(String, String, String)]| {
+        all.iter()
+            .filter(|(_, _, name)| name.starts_with("ptah-resolve-"))
+            .count()
+    };
+    let before = resolves(&jobs(&ns).await?);
+    let requested = "2026-11-30T09:00:00Z";
+    annotate(&ns, "orders", requested).await?;
+    until(&ns, "orders", "the request answered", |s| {
+        s.status
+            .as_ref()
+            .and_then(|st| st.last_read_request.as_deref())
+            == Some(requested)
+    })
+    .await
+    .with_context(|| manager.log())?;
+    PATIENCE
+        .poll("a new Resolve Job and the ReadRequested Event", || {
+            let ns = &ns;
+            async move {
+                let more = resolves(&jobs(ns).await?) > before;
+                let events: Api<Event> = ns.api();
+                let evented = events
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .iter()
+                    .any(|e| e.reason.as_deref() == Some("ReadRequested"));
+                anyhow::Ok((more && evented).then_some(()))
+            }
+        })
+        .await
+        .with_context(|| manager.log())?;
     one_job_per_attempt(&jobs(&ns).await?)?;
     delete_all(&ns).await?;
     drop(manager);
