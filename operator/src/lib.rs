@@ -2,9 +2,12 @@
 //! Kubernetes side: it pins sources, publishes plans, decides by policy,
 //! dispatches Jobs and records history. The runner (`ptah-runner`) is PID 1 of
 //! every operation container: it performs one operation through the Ptah CLI
-//! and delivers one result. The [`api`] module holds every resource kind as
-//! Rust types, from which `crdgen` generates the CRDs and `docs/api.md`; the
-//! lifecycles and execution arrive with the issues that follow.
+//! and delivers one result. [`api`] holds every resource kind as Rust types
+//! (`crdgen` generates the CRDs and `docs/api.md` from them); [`lifecycle`]
+//! the two pure state machines; [`execution`] the Jobs, Leases, results,
+//! snapshots and plans; [`controller`] the wiring; [`admission`] the
+//! approval webhooks; [`server`] the manager's TLS listener; [`runner`] the
+//! in-Job program.
 
 pub mod admission;
 pub mod api;

@@ -1,9 +1,11 @@
-//! The controller: kube-runtime wiring around the pure lifecycles. It watches
-//! PtahSchemas, the Jobs they own, the ConfigMaps their sources and policies
-//! name, and PtahRealms; on each pass it turns what it reads into
-//! [`Observation`](crate::lifecycle::schema::Observation)s, steps the
-//! machine, writes the status (claim, journal, conditions in one write) and
-//! only then performs the effects: snapshots, Leases, Jobs, Events.
+//! The controller: kube-runtime wiring around the pure lifecycles. For each
+//! family (PtahSchema in `schema.rs`, PtahMigration in `migration.rs`) it
+//! watches the resources, the Jobs they own, the ConfigMaps their sources and
+//! policies name, and PtahRealms; on each pass it turns what it reads into
+//! the family machine's observations, steps it, writes the status (claim,
+//! journal, conditions in one write) and only then performs the effects:
+//! snapshots, Leases, Jobs, plans, Events. The I/O both families share is
+//! `runtime.rs`.
 //!
 //! The dispatch protocol (architecture.md, "The durable claim"): the claim
 //! and its `dispatchStarted` marker are written before the one Job create; a
