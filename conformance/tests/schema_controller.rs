@@ -1018,36 +1018,8 @@ async fn a_dispatched_apply_whose_job_is_gone_is_never_replayed() -> anyhow::Res
     // What the manager wrote before a crash in the middle of an Apply whose
     // Pod was then deleted: the claim with dispatchStarted, no Job left. The
     // executor is not here to run a real one (docs/executor.md).
-    let st = s.status.as_ref().context("status")?;
-    let read = st.active_operation.as_ref().context("the read's claim")?;
     let operation = format!("sha256:{}", "cd".repeat(32));
-    let fingerprint = format!("sha256:{}", "ef".repeat(32));
-    let mut status = serde_json::to_value(st)?;
-    status["phase"] = json!("Applying");
-    status["plan"] = json!({
-        "name": "orders-1", "uid": "plan-uid-1", "fingerprint": fingerprint,
-        "contentDigest": format!("sha256:{}", "12".repeat(32)),
-    });
-    status["activeOperation"] = json!({
-        "type": "Apply",
-        "operationID": operation,
-        "inputFingerprint": format!("sha256:{}", "34".repeat(32)),
-        "jobName": "ptah-apply-orders-cdcdcdcdcdcdcdcd",
-        "attempt": 1,
-        "startedAt": "2026-11-30T08:00:00Z",
-        "dispatchStarted": true,
-        "source": read.source,
-        "coordinationDigest": read.coordination_digest,
-        "planName": "orders-1",
-        "planUID": "plan-uid-1",
-        "planFingerprint": fingerprint,
-        "authorization": "Policy",
-    });
-    let mut obj = s.clone();
-    obj.status = Some(serde_json::from_value(status)?);
-    ns.api::<PtahSchema>()
-        .replace_status("orders", &Default::default(), &obj)
-        .await?;
+    write_apply_claim(&ns, &s, &operation, None).await?;
 
     let second = Manager::start(&ns, &ManagerSpec::default())?;
     until(
@@ -1091,6 +1063,167 @@ async fn a_dispatched_apply_whose_job_is_gone_is_never_replayed() -> anyhow::Res
         !all.iter()
             .any(|(_, _, name)| name.starts_with("ptah-apply-")),
         "no Apply Job was ever made again: {all:?}"
+    );
+    delete_all(&ns).await?;
+    drop(second);
+    Ok(())
+}
+
+/// Writes into `s`'s status what the manager writes when it dispatches an
+/// Apply of the plan `orders-1`: the claim with `dispatchStarted`, bound to
+/// the source the read before it had. The executor is not here to run a real
+/// Apply (docs/executor.md), so tests write the state one leaves.
+async fn write_apply_claim(
+    ns: &TestNamespace,
+    s: &PtahSchema,
+    operation: &str,
+    job_uid: Option<String>,
+) -> anyhow::Result<()> {
+    let st = s.status.as_ref().context("status")?;
+    let read = st.active_operation.as_ref().context("the read's claim")?;
+    let fingerprint = format!("sha256:{}", "ef".repeat(32));
+    let mut status = serde_json::to_value(st)?;
+    status["phase"] = json!("Applying");
+    status["plan"] = json!({
+        "name": "orders-1", "uid": "plan-uid-1", "fingerprint": fingerprint,
+        "contentDigest": format!("sha256:{}", "12".repeat(32)),
+    });
+    status["activeOperation"] = json!({
+        "type": "Apply",
+        "operationID": operation,
+        "inputFingerprint": format!("sha256:{}", "34".repeat(32)),
+        "jobName": APPLY_JOB,
+        "jobUID": job_uid,
+        "attempt": 1,
+        "startedAt": "2026-11-30T08:00:00Z",
+        "dispatchStarted": true,
+        "source": read.source,
+        "coordinationDigest": read.coordination_digest,
+        "planName": "orders-1",
+        "planUID": "plan-uid-1",
+        "planFingerprint": fingerprint,
+        "authorization": "Policy",
+    });
+    let mut obj = s.clone();
+    obj.status = Some(serde_json::from_value(status)?);
+    ns.api::<PtahSchema>()
+        .replace_status("orders", &Default::default(), &obj)
+        .await?;
+    Ok(())
+}
+
+/// The reserved name of the Apply claim [`write_apply_claim`] writes.
+const APPLY_JOB: &str = "ptah-apply-orders-cdcdcdcdcdcdcdcd";
+
+#[tokio::test]
+async fn suspend_during_an_apply_lets_it_finish_and_starts_no_job() -> anyhow::Result<()> {
+    use conformance::harness::OPERATOR_IMAGE_PINNED;
+    use operator::api::annotations::SCHEMA_LABEL;
+    use operator::execution::job::{LABEL_MANAGED_BY, MANAGED_BY};
+    let ns = namespace("suspapply").await?;
+    db_secret(&ns).await?;
+    config_map(&ns, "schema", "CREATE TABLE a (id int);").await?;
+    ns.create::<PtahSchema>(schema("orders", cm_source("schema"), "orders", "1h"))
+        .await?;
+    let mut first = Manager::start(&ns, &ManagerSpec::default())?;
+    let s = failed_between_attempts(&ns, "orders")
+        .await
+        .with_context(|| first.log())?;
+    first.kill();
+
+    // An Apply under way: a stand-in for the executor's Job (not on this
+    // machine) under the claim's reserved name, owned and annotated as the
+    // manager makes it, that runs a few seconds and ends.
+    let operation = format!("sha256:{}", "cd".repeat(32));
+    let uid = s.metadata.uid.clone().context("uid")?;
+    let job = ns
+        .create::<Job>(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {
+                "name": APPLY_JOB,
+                "labels": {SCHEMA_LABEL: "orders", LABEL_MANAGED_BY: MANAGED_BY},
+                "annotations": {ANNOTATION_OPERATION_ID: operation, ANNOTATION_ATTEMPT: "1"},
+                "ownerReferences": [{
+                    "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
+                    "name": "orders", "uid": uid, "controller": true,
+                }],
+            },
+            "spec": {
+                "backoffLimit": 0,
+                "template": {"spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": false,
+                    "containers": [{"name": "ptah", "image": OPERATOR_IMAGE_PINNED,
+                                    "command": ["sh", "-c", "sleep 6"]}],
+                }},
+            },
+        }))
+        .await?;
+    write_apply_claim(&ns, &s, &operation, job.metadata.uid.clone()).await?;
+    ns.api::<PtahSchema>()
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"suspend": true}})),
+        )
+        .await?;
+    let before = jobs(&ns).await?.len();
+
+    let second = Manager::start(&ns, &ManagerSpec::default())?;
+    // The Apply is followed to its end, then the resource rests suspended
+    // with the proof owed and no claim: nothing new starts.
+    let s = until(&ns, "orders", "the Apply ended, suspended", |s| {
+        phase(s) == Some(SchemaPhase::Suspended)
+            && s.status.as_ref().is_some_and(|st| {
+                st.active_operation.is_none()
+                    && st
+                        .pending_observation
+                        .as_ref()
+                        .map(|p| p.apply_operation_id.as_str())
+                        == Some(operation.as_str())
+            })
+    })
+    .await
+    .with_context(|| second.log())?;
+    assert!(
+        s.status.as_ref().is_some_and(|st| st
+            .journal
+            .iter()
+            .any(|e| e.type_ == JournalEntryType::ApplyFinished)),
+        "the Apply's end is in the journal"
+    );
+    assert_eq!(
+        jobs(&ns).await?.len(),
+        before,
+        "no Job started while suspended"
+    );
+
+    // Resumed with a proof owed: the proof's read starts.
+    ns.api::<PtahSchema>()
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"suspend": false}})),
+        )
+        .await?;
+    until(&ns, "orders", "the proof after the resume", |s| {
+        phase(s) == Some(SchemaPhase::VerifyingConvergence)
+            || s.status.as_ref().is_some_and(|st| {
+                st.pending_observation.is_some()
+                    && st
+                        .active_operation
+                        .as_ref()
+                        .is_some_and(|c| c.type_ == OperationType::Observe)
+            })
+    })
+    .await
+    .with_context(|| second.log())?;
+    assert!(
+        !jobs(&ns)
+            .await?
+            .iter()
+            .any(|(op, attempt, _)| *op == operation && attempt != "1"),
+        "the Apply was never dispatched again"
     );
     delete_all(&ns).await?;
     drop(second);

@@ -16,7 +16,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 
 use super::harvest::{self, SourceRead};
-use super::runtime::{self, ClaimJob, Dispatch, InputChange, Requeue, Snapshot};
+use super::runtime::{self, ClaimJob, Dispatch, GenerationMove, InputChange, Requeue, Snapshot};
 use super::{Context, Error, FaultPoint, kube_err, migration_dispatch};
 use crate::api::annotations::{MIGRATION_FINALIZER, UNRESOLVED_RUN};
 use crate::api::approval::{PtahMigrationApproval, PtahMigrationRunAcknowledgment};
@@ -203,10 +203,16 @@ impl Pass<'_> {
             let me = realm::claimant_of_migration(&self.obj);
             obs.push(Observation::Realm(runtime::census(self.ctx, me).await?));
         }
-        if let (Some(seen), Some(now)) = (st.observed_generation, self.obj.metadata.generation)
-            && seen != now
-        {
-            obs.push(Observation::GenerationMoved);
+        match runtime::generation_move(
+            self.ctx,
+            &self.uid(),
+            st.observed_generation,
+            self.obj.metadata.generation,
+            &self.obj.spec,
+        ) {
+            Some(GenerationMove::SuspendOnly) => obs.push(Observation::SuspendChanged),
+            Some(GenerationMove::Spec) => obs.push(Observation::GenerationMoved),
+            None => {}
         }
         if let Some(recorded) = &st.execution_binding
             && *recorded != self.ctx.config.execution
@@ -330,11 +336,22 @@ impl Pass<'_> {
             });
         }
         Ok(match (c.type_, r.document.result.as_ref()) {
+            // A document that breaks the protocol gives no verdict: the read
+            // runs again, and a run is unknown.
             (OperationType::History, Some(StepOutput::History { report })) => {
-                Observation::HistoryRead(migrations::verdict(report))
+                match migrations::check_history(report) {
+                    Ok(()) => Observation::HistoryRead(migrations::verdict(report)),
+                    Err(e) => Observation::JobFailed {
+                        reason: Reason::OperationFailed,
+                        message: format!("the history result is not read: {e}"),
+                    },
+                }
             }
             (OperationType::Apply, Some(StepOutput::Ran { outcome })) => {
-                Observation::RunEnded(migrations::run_report(outcome, r.job_uid))
+                match migrations::check_run(outcome) {
+                    Ok(()) => Observation::RunEnded(migrations::run_report(outcome, r.job_uid)),
+                    Err(_) => Observation::JobLost,
+                }
             }
             // A run whose result says nothing of what it did is unknown.
             (OperationType::Apply, _) => Observation::JobLost,

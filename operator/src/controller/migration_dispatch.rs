@@ -2,17 +2,12 @@
 //! migration's spec, its status, the claim and (for Apply) the stored plan.
 //! Pure, as [`super::dispatch`] is for a schema; the parts that do not depend
 //! on the family ([`common_input`], [`source_input`]) take the spec's pieces,
-//! so the schema's `job_input` could be written on them too.
+//! and [`super::dispatch`] builds the schema's Job on them too.
 //!
 //! An Apply's Job carries the digest of the approved sequence
 //! ([`crate::runner::migrations::sequence_digest`]), which `status.plan` does
 //! not hold: the controller reads the PtahMigrationPlan the claim names
 //! ([`crate::execution::migration_plan::read`]) and passes it here.
-
-#![allow(
-    dead_code,
-    reason = "the generic controller calls it; until it is wired only the tests do"
-)]
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 

@@ -101,6 +101,10 @@ pub struct Context {
     pub receiver_ca_pem: String,
     /// Events.
     pub recorder: Recorder,
+    /// The spec digest (`spec.suspend` aside) each resource had at the
+    /// generation this manager last saw, by UID: what tells a resume from
+    /// an edit.
+    specs: std::sync::Mutex<std::collections::HashMap<String, (i64, String)>>,
 }
 
 impl Context {
@@ -130,6 +134,7 @@ impl Context {
             token_key,
             receiver_ca_pem,
             recorder,
+            specs: Default::default(),
         }
     }
 

@@ -700,3 +700,92 @@ where
         .map_err(kube_err(format!("marking approval {name} {type_:?}")))?;
     Ok(())
 }
+
+/// What moved the generation since status last observed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GenerationMove {
+    /// Only `spec.suspend`: a suspend or a resume, which keeps a proof owed.
+    SuspendOnly,
+    /// Anything else in the spec (or the manager cannot tell: it remembers
+    /// the spec only since it started).
+    Spec,
+}
+
+/// Compares the spec with the one this manager saw at the generation status
+/// observed, `spec.suspend` aside, and remembers this one.
+pub fn generation_move<S: Serialize>(
+    ctx: &Context,
+    uid: &str,
+    observed: Option<i64>,
+    generation: Option<i64>,
+    spec: &S,
+) -> Option<GenerationMove> {
+    let digest = serde_json::to_value(spec).ok().map(|mut v| {
+        if let Some(o) = v.as_object_mut() {
+            o.remove("suspend");
+        }
+        crate::lifecycle::read_request::sha256_hex(v.to_string().as_bytes())
+    });
+    let mut seen = ctx
+        .specs
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let before = seen.get(uid).cloned();
+    if let (Some(g), Some(d)) = (generation, digest.clone()) {
+        seen.insert(uid.to_string(), (g, d));
+    }
+    classify(before.as_ref(), observed, generation, digest.as_deref())
+}
+
+/// What moved the generation from `observed` to `now`, given the spec digest
+/// remembered `before` (generation, digest) and the one now.
+fn classify(
+    before: Option<&(i64, String)>,
+    observed: Option<i64>,
+    now: Option<i64>,
+    digest: Option<&str>,
+) -> Option<GenerationMove> {
+    let (Some(observed), Some(now)) = (observed, now) else {
+        return None;
+    };
+    if observed == now {
+        return None;
+    }
+    Some(match (before, digest) {
+        (Some((g, d)), Some(now_digest)) if *g == observed && d == now_digest => {
+            GenerationMove::SuspendOnly
+        }
+        _ => GenerationMove::Spec,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_suspend_flag_moved_is_a_suspend_or_resume() {
+        let before = (4, "d".to_string());
+        assert_eq!(classify(Some(&before), Some(4), Some(4), Some("d")), None);
+        assert_eq!(
+            classify(Some(&before), Some(4), Some(5), Some("d")),
+            Some(GenerationMove::SuspendOnly)
+        );
+        assert_eq!(
+            classify(Some(&before), Some(4), Some(5), Some("e")),
+            Some(GenerationMove::Spec),
+            "another field moved too"
+        );
+        assert_eq!(
+            classify(None, Some(4), Some(5), Some("d")),
+            Some(GenerationMove::Spec),
+            "a manager that never saw the old spec cannot tell"
+        );
+        assert_eq!(
+            classify(Some(&(3, "d".into())), Some(4), Some(5), Some("d")),
+            Some(GenerationMove::Spec),
+            "remembered at another generation than status observed"
+        );
+        assert_eq!(classify(Some(&before), None, Some(5), Some("d")), None);
+    }
+}

@@ -13,7 +13,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::Action;
 
 use super::harvest::{self, Harvest};
-use super::runtime::{self, ClaimJob, Dispatch, InputChange, Requeue, Snapshot};
+use super::runtime::{self, ClaimJob, Dispatch, GenerationMove, InputChange, Requeue, Snapshot};
 use super::{Context, Error, FaultPoint, dispatch, kube_err};
 use crate::api::annotations::{SCHEMA_FINALIZER, SETTLED_APPLY};
 use crate::api::approval::PtahSchemaApproval;
@@ -191,10 +191,16 @@ impl Pass<'_> {
             let me = realm::claimant_of_schema(&self.obj);
             obs.push(Observation::Realm(runtime::census(self.ctx, me).await?));
         }
-        if let (Some(seen), Some(now)) = (st.observed_generation, self.obj.metadata.generation)
-            && seen != now
-        {
-            obs.push(Observation::GenerationMoved);
+        match runtime::generation_move(
+            self.ctx,
+            &self.uid(),
+            st.observed_generation,
+            self.obj.metadata.generation,
+            &self.obj.spec,
+        ) {
+            Some(GenerationMove::SuspendOnly) => obs.push(Observation::SuspendChanged),
+            Some(GenerationMove::Spec) => obs.push(Observation::GenerationMoved),
+            None => {}
         }
         if let Some(recorded) = &st.execution_binding
             && *recorded != self.ctx.config.execution
