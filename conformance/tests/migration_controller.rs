@@ -86,26 +86,13 @@ fn migration(name: &str, key: &str, retry: &str) -> Value {
     })
 }
 
-async fn until<F>(
+async fn until(
     ns: &TestNamespace,
     name: &str,
     what: &str,
-    ok: F,
-) -> anyhow::Result<PtahMigration>
-where
-    F: Fn(&PtahMigration) -> bool,
-{
-    let api = ns.api::<PtahMigration>();
-    PATIENCE
-        .poll(what, || {
-            let api = api.clone();
-            let ok = &ok;
-            async move {
-                let m = api.get(name).await?;
-                anyhow::Ok(ok(&m).then_some(m))
-            }
-        })
-        .await
+    ok: impl Fn(&PtahMigration) -> bool,
+) -> anyhow::Result<PtahMigration> {
+    ns.until(&PATIENCE, name, what, ok).await
 }
 
 fn failed_history_reads(m: &PtahMigration) -> usize {
@@ -125,21 +112,8 @@ fn failed_history_reads(m: &PtahMigration) -> usize {
 }
 
 async fn delete_all(ns: &TestNamespace) -> anyhow::Result<()> {
-    let (m, s) = (ns.api::<PtahMigration>(), ns.api::<PtahSchema>());
-    m.delete_collection(&Default::default(), &ListParams::default())
-        .await?;
-    s.delete_collection(&Default::default(), &ListParams::default())
-        .await?;
-    PATIENCE
-        .poll("the resources to be deleted", || {
-            let (m, s) = (m.clone(), s.clone());
-            async move {
-                let left = m.list(&ListParams::default()).await?.items.len()
-                    + s.list(&ListParams::default()).await?.items.len();
-                anyhow::Ok((left == 0).then_some(()))
-            }
-        })
-        .await
+    ns.delete_all::<PtahMigration>(&PATIENCE).await?;
+    ns.delete_all::<PtahSchema>(&PATIENCE).await
 }
 
 #[tokio::test]

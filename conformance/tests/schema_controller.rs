@@ -118,21 +118,13 @@ async fn get(ns: &TestNamespace, name: &str) -> anyhow::Result<PtahSchema> {
 }
 
 /// Waits until the schema's stored state satisfies `ok`.
-async fn until<F>(ns: &TestNamespace, name: &str, what: &str, ok: F) -> anyhow::Result<PtahSchema>
-where
-    F: Fn(&PtahSchema) -> bool,
-{
-    let api = ns.api::<PtahSchema>();
-    PATIENCE
-        .poll(what, || {
-            let api = api.clone();
-            let ok = &ok;
-            async move {
-                let s = api.get(name).await?;
-                anyhow::Ok(ok(&s).then_some(s))
-            }
-        })
-        .await
+async fn until(
+    ns: &TestNamespace,
+    name: &str,
+    what: &str,
+    ok: impl Fn(&PtahSchema) -> bool,
+) -> anyhow::Result<PtahSchema> {
+    ns.until(&PATIENCE, name, what, ok).await
 }
 
 fn phase(s: &PtahSchema) -> Option<SchemaPhase> {
@@ -196,18 +188,7 @@ fn one_job_per_attempt(jobs: &[(String, String, String)]) -> anyhow::Result<()> 
 
 /// Deletes the schemas while the manager runs, so its finalizer goes with it.
 async fn delete_all(ns: &TestNamespace) -> anyhow::Result<()> {
-    let api = ns.api::<PtahSchema>();
-    api.delete_collection(&Default::default(), &ListParams::default())
-        .await?;
-    PATIENCE
-        .poll("the schemas to be deleted", || {
-            let api = api.clone();
-            async move {
-                let left = api.list(&ListParams::default()).await?.items.len();
-                anyhow::Ok((left == 0).then_some(()))
-            }
-        })
-        .await
+    ns.delete_all::<PtahSchema>(&PATIENCE).await
 }
 
 #[tokio::test]

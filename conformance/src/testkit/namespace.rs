@@ -150,6 +150,60 @@ impl TestNamespace {
         Ok(self.api::<K>().create(&PostParams::default(), &obj).await?)
     }
 
+    /// Waits, within `patience`, until the stored object `name` satisfies
+    /// `ok`, and answers it.
+    pub async fn until<K>(
+        &self,
+        patience: &crate::testkit::wait::Patience,
+        name: &str,
+        what: &str,
+        ok: impl Fn(&K) -> bool,
+    ) -> anyhow::Result<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        let api = self.api::<K>();
+        patience
+            .poll(what, || {
+                let api = api.clone();
+                let ok = &ok;
+                async move {
+                    let obj = api.get(name).await?;
+                    anyhow::Ok(ok(&obj).then_some(obj))
+                }
+            })
+            .await
+    }
+
+    /// Deletes every object of a kind here and waits, within `patience`, until
+    /// they are gone (a manager still running lets its finalizers go).
+    pub async fn delete_all<K>(
+        &self,
+        patience: &crate::testkit::wait::Patience,
+    ) -> anyhow::Result<()>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        let api = self.api::<K>();
+        let all = kube::api::ListParams::default();
+        api.delete_collection(&DeleteParams::default(), &all)
+            .await?;
+        patience
+            .poll("the objects to be deleted", || {
+                let (api, all) = (api.clone(), all.clone());
+                async move { anyhow::Ok(api.list(&all).await?.items.is_empty().then_some(())) }
+            })
+            .await
+    }
+
     /// Sets one key of a ConfigMap's data by a merge patch: the edit a user
     /// makes to a ConfigMap source.
     pub async fn set_config_map_key(
