@@ -27,11 +27,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use supplychain::contract::{self, ContractError, MigrationPlanBinding};
 
+use super::plan::owned_by;
 use crate::api::annotations::MIGRATION_LABEL;
 use crate::api::common::{MigrationPolicy, MigrationTransactionMode, ObjectRef};
 use crate::api::condition::{ConditionStatus, MigrationPlanConditionType, Reason};
@@ -454,10 +455,6 @@ pub fn plan_object(name: &str, namespace: &str, spec: PtahMigrationPlanSpec) -> 
     plan
 }
 
-fn owned_by(meta: &ObjectMeta, uid: &str) -> bool {
-    meta.owner_references.iter().flatten().any(|r| r.uid == uid)
-}
-
 /// Why a stored plan spec is not `expected`, or `None` when it is.
 fn spec_mismatch(
     stored: &PtahMigrationPlanSpec,
@@ -635,41 +632,10 @@ pub async fn collect(
 ) -> Result<Vec<String>, MigrationPlanError> {
     let (migration_ref, namespace) = migration_ref_of(migration)?;
     let plans: Api<PtahMigrationPlan> = Api::namespaced(client.clone(), &namespace);
-    let keep: BTreeSet<&str> = keep.iter().map(String::as_str).collect();
-    let owned = plans
-        .list_metadata(
-            &ListParams::default().labels(&format!("{MIGRATION_LABEL}={}", migration_ref.name)),
-        )
+    let selector = format!("{MIGRATION_LABEL}={}", migration_ref.name);
+    super::plan::collect_owned(&plans, &selector, &migration_ref.uid, keep)
         .await
-        .map_err(MigrationPlanError::api(format!(
-            "listing the PtahMigrationPlans of {}",
-            migration_ref.name
-        )))?;
-    let mut deleted = Vec::new();
-    for m in owned {
-        let name = m.name_any();
-        if !owned_by(&m.metadata, &migration_ref.uid) || keep.contains(name.as_str()) {
-            continue;
-        }
-        // Only the object listed: one published again meanwhile is left alone.
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: m.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::background()
-        };
-        match plans.delete(&name, &params).await {
-            Ok(_) => deleted.push(name),
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => {
-                return Err(MigrationPlanError::api(format!(
-                    "deleting PtahMigrationPlan {name}"
-                ))(e));
-            }
-        }
-    }
-    Ok(deleted)
+        .map_err(|(what, e)| MigrationPlanError::api(what)(e))
 }
 
 #[cfg(test)]

@@ -549,7 +549,7 @@ pub fn chunk_object(
     chunk
 }
 
-fn owned_by(meta: &ObjectMeta, uid: &str) -> bool {
+pub(crate) fn owned_by(meta: &ObjectMeta, uid: &str) -> bool {
     meta.owner_references.iter().flatten().any(|r| r.uid == uid)
 }
 
@@ -964,23 +964,36 @@ pub async fn collect(
 ) -> Result<Vec<String>, PlanError> {
     let (schema_ref, namespace) = schema_ref_of(schema)?;
     let plans: Api<PtahSchemaPlan> = Api::namespaced(client.clone(), &namespace);
-    let keep: BTreeSet<&str> = keep.iter().map(String::as_str).collect();
-    let owned = plans
-        .list_metadata(
-            &ListParams::default().labels(&format!("{SCHEMA_LABEL}={}", schema_ref.name)),
-        )
+    let selector = format!("{SCHEMA_LABEL}={}", schema_ref.name);
+    collect_owned(&plans, &selector, &schema_ref.uid, keep)
         .await
-        .map_err(PlanError::api(format!(
-            "listing the PtahSchemaPlans of {}",
-            schema_ref.name
-        )))?;
+        .map_err(|(what, e)| PlanError::api(what)(e))
+}
+
+/// Deletes the objects `selector` lists that `owner_uid` owns and `keep`
+/// does not name, each only as the object listed (by UID), so one published
+/// again meanwhile is left alone. Returns the names deleted; an error names
+/// what was being done. Plans of both families are collected by it.
+pub(crate) async fn collect_owned<K>(
+    api: &Api<K>,
+    selector: &str,
+    owner_uid: &str,
+    keep: &[String],
+) -> Result<Vec<String>, (String, kube::Error)>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let keep: BTreeSet<&str> = keep.iter().map(String::as_str).collect();
+    let owned = api
+        .list_metadata(&ListParams::default().labels(selector))
+        .await
+        .map_err(|e| (format!("listing the plans labelled {selector}"), e))?;
     let mut deleted = Vec::new();
     for m in owned {
         let name = m.name_any();
-        if !owned_by(&m.metadata, &schema_ref.uid) || keep.contains(name.as_str()) {
+        if !owned_by(&m.metadata, owner_uid) || keep.contains(name.as_str()) {
             continue;
         }
-        // Only the object listed: one published again meanwhile is left alone.
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: m.metadata.uid.clone(),
@@ -988,12 +1001,10 @@ pub async fn collect(
             }),
             ..DeleteParams::background()
         };
-        match plans.delete(&name, &params).await {
+        match api.delete(&name, &params).await {
             Ok(_) => deleted.push(name),
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => {
-                return Err(PlanError::api(format!("deleting PtahSchemaPlan {name}"))(e));
-            }
+            Err(e) => return Err((format!("deleting plan {name}"), e)),
         }
     }
     Ok(deleted)

@@ -59,6 +59,23 @@ type Planned = (
     StepFuture,
 );
 
+/// A source step of an init container: no operation, no deadlines of a claim.
+fn source_step(step: &'static str, bounds: StepBounds, outcome: StepFuture) -> Planned {
+    (step, None, bounds, None, None, outcome)
+}
+
+/// A step of an operation container, held to its claim's deadlines.
+fn operation_step(step: &'static str, c: &CommonArgs, outcome: StepFuture) -> Planned {
+    (
+        step,
+        Some((operation_ref(c), Target::of(c))),
+        c.bounds.clone(),
+        c.dispatch_not_after,
+        c.execution_not_after,
+        outcome,
+    )
+}
+
 /// Runs the step `command` names, within its deadlines.
 pub async fn run_step(command: Command) -> Finished {
     let started = Timestamp::now();
@@ -68,62 +85,28 @@ pub async fn run_step(command: Command) -> Finished {
         _ => "observe",
     };
     let (step, operation, bounds, dispatch, execution, outcome): Planned = match command {
-        Command::Source(SourceCommand::Check(a)) => (
+        Command::Source(SourceCommand::Check(a)) => source_step(
             "source check",
-            None,
             a.bounds.clone(),
-            None,
-            None,
             Box::pin(check_snapshot(a)),
         ),
-        Command::Source(SourceCommand::Fetch(FetchCommand::Git(a))) => (
-            "source fetch git",
-            None,
-            a.bounds.clone(),
-            None,
-            None,
-            Box::pin(fetch_git(a)),
-        ),
-        Command::Source(SourceCommand::Fetch(FetchCommand::Oci(a))) => (
-            "source fetch oci",
-            None,
-            a.bounds.clone(),
-            None,
-            None,
-            Box::pin(fetch_oci(a)),
-        ),
+        Command::Source(SourceCommand::Fetch(FetchCommand::Git(a))) => {
+            source_step("source fetch git", a.bounds.clone(), Box::pin(fetch_git(a)))
+        }
+        Command::Source(SourceCommand::Fetch(FetchCommand::Oci(a))) => {
+            source_step("source fetch oci", a.bounds.clone(), Box::pin(fetch_oci(a)))
+        }
         Command::Resolve(ResolveCommand::Git(a)) => {
             let c = a.common.clone();
-            (
-                "resolve git",
-                Some((operation_ref(&c), Target::of(&c))),
-                c.bounds,
-                c.dispatch_not_after,
-                c.execution_not_after,
-                Box::pin(resolve_git(a)),
-            )
+            operation_step("resolve git", &c, Box::pin(resolve_git(a)))
         }
         Command::Resolve(ResolveCommand::Oci(a)) => {
             let c = a.common.clone();
-            (
-                "resolve oci",
-                Some((operation_ref(&c), Target::of(&c))),
-                c.bounds,
-                c.dispatch_not_after,
-                c.execution_not_after,
-                Box::pin(resolve_oci(a)),
-            )
+            operation_step("resolve oci", &c, Box::pin(resolve_oci(a)))
         }
         Command::Verify(VerifyCommand::Oci(a)) => {
             let c = a.common.clone();
-            (
-                "verify oci",
-                Some((operation_ref(&c), Target::of(&c))),
-                c.bounds,
-                c.dispatch_not_after,
-                c.execution_not_after,
-                Box::pin(verify_oci(a)),
-            )
+            operation_step("verify oci", &c, Box::pin(verify_oci(a)))
         }
         Command::Observe(a) | Command::Plan(a) | Command::History(a) => {
             let c = a.common.clone();
