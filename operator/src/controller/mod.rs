@@ -37,6 +37,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
+use crate::api::approval::{
+    PtahMigrationApproval, PtahMigrationRunAcknowledgment, PtahSchemaApproval,
+};
 use crate::api::common::Target;
 use crate::api::migration::PtahMigration;
 use crate::api::realm::PtahRealm;
@@ -184,15 +187,46 @@ fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 
 /// Runs the PtahSchema and PtahMigration controllers until their watches end.
 pub async fn run(ctx: Arc<Context>) {
+    let client = ctx.client.clone();
+    let ns = ctx.config.watch_namespace.clone();
+    let ns = ns.as_deref();
+    // A person's decision wakes the resource it names at once.
+    let schema_decisions = api::<PtahSchemaApproval>(&client, ns);
     let schemas = family(
         ctx.clone(),
         |s: &PtahSchema| (&s.spec.source, &s.spec.target),
         schema::reconcile,
+        move |c| {
+            c.watches(schema_decisions, watcher::Config::default(), |a| {
+                Some(
+                    ObjectRef::new(&a.spec.schema_ref.name)
+                        .within(&a.namespace().unwrap_or_default()),
+                )
+            })
+        },
+    );
+    let (approvals, acks) = (
+        api::<PtahMigrationApproval>(&client, ns),
+        api::<PtahMigrationRunAcknowledgment>(&client, ns),
     );
     let migrations = family(
         ctx,
         |m: &PtahMigration| (&m.spec.source, &m.spec.target),
         migration::reconcile,
+        move |c| {
+            c.watches(approvals, watcher::Config::default(), |a| {
+                Some(
+                    ObjectRef::new(&a.spec.migration_ref.name)
+                        .within(&a.namespace().unwrap_or_default()),
+                )
+            })
+            .watches(acks, watcher::Config::default(), |a| {
+                Some(
+                    ObjectRef::new(&a.spec.migration_ref.name)
+                        .within(&a.namespace().unwrap_or_default()),
+                )
+            })
+        },
     );
     futures::join!(schemas, migrations);
 }
@@ -211,8 +245,12 @@ where
 /// One family's controller: its resources, the Jobs they own, and the
 /// ConfigMaps and PtahRealms they name, each event waking the resources
 /// that name it.
-async fn family<K, R, F>(ctx: Arc<Context>, names: fn(&K) -> (&Source, &Target), reconcile: R)
-where
+async fn family<K, R, F>(
+    ctx: Arc<Context>,
+    names: fn(&K) -> (&Source, &Target),
+    reconcile: R,
+    decisions: impl FnOnce(Controller<K>) -> Controller<K>,
+) where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
@@ -230,7 +268,7 @@ where
     let store = controller.store();
     let by_config_map = store.clone();
     let by_realm = store;
-    controller
+    decisions(controller)
         .owns(
             api::<Job>(&client, ns),
             watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")),
