@@ -2,7 +2,6 @@
 //! process kubelet registered, a Job run by the real Job controller in the
 //! executor image, and both databases answering.
 
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -138,49 +137,14 @@ pub async fn run(harness: &Harness) -> anyhow::Result<()> {
     operator(harness, &client).await?;
 
     step("the databases (credentials stay in the harness's secrets directory)");
-    let pg = url_parts(&std::fs::read_to_string(
-        harness.secret_file("postgres.url"),
-    )?)?;
-    // Passwords go through the environment, never a command line `ps` shows.
-    let out = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &pg.port,
-            "-U",
-            &pg.user,
-            "-d",
-            "postgres",
-        ])
-        .args(["-At", "-c", "select version()"])
-        .env("PGPASSWORD", &pg.password)
-        .output()?;
-    println!(
-        "  PostgreSQL: {}",
-        String::from_utf8_lossy(&out.stdout).trim()
-    );
-    let maria = url_parts(&std::fs::read_to_string(
-        harness.secret_file("mariadb.url"),
-    )?)?;
-    let out = Command::new("mariadb")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-P",
-            &maria.port,
-            "-u",
-            &maria.user,
-            "-N",
-            "-e",
-            "select version()",
-        ])
-        .env("MYSQL_PWD", &maria.password)
-        .output()?;
-    println!(
-        "  MariaDB:    {}",
-        String::from_utf8_lossy(&out.stdout).trim()
-    );
+    use crate::testkit::database::{Engine, TestDatabase};
+    for (name, engine) in [
+        ("PostgreSQL", Engine::Postgres),
+        ("MariaDB", Engine::MariaDb),
+    ] {
+        let version = TestDatabase::admin(harness, engine)?.sql("select version()")?;
+        println!("  {name:<11} {}", version.trim());
+    }
 
     step("next");
     println!(
@@ -193,23 +157,56 @@ pub async fn run(harness: &Harness) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The declared schema of the demo.
+const DEMO_SCHEMA: &str = "CREATE TABLE orders (
+  id bigint PRIMARY KEY,
+  customer text NOT NULL,
+  total numeric(12,2) NOT NULL DEFAULT 0
+);
+CREATE INDEX orders_customer ON orders (customer);
+";
+
+/// What each phase means, in the seed's words.
+fn phase_words(phase: &str) -> &'static str {
+    match phase {
+        "Resolving" => "a Job reads the source",
+        "Verifying" => "a Job verifies the artifact",
+        "Observing" => "a Job reads the database's drift (Observe)",
+        "Planning" => "a Job plans twice and dry-runs the plan (Plan)",
+        "ReadyToApply" => "a plan is published; no approval is needed",
+        "AwaitingApproval" => "a plan is published; it waits for an approval",
+        "Applying" => "a Job applies the plan's exact bytes (Apply)",
+        "VerifyingConvergence" => "a Job reads the database again (the proof)",
+        "InSync" => "a fresh no-change plan: converged",
+        "Blocked" => "blocked until an input changes",
+        "Failed" => "an attempt failed; it is retried",
+        "Pending" => "a claim was discarded; the next pass reads again",
+        "Suspended" => "spec.suspend holds",
+        _ => "",
+    }
+}
+
 /// The operator on the harness: a PtahSchema whose schema is a ConfigMap,
-/// driven by a real manager process as far as the harness goes without the
-/// Ptah executor (docs/executor.md).
+/// driven by a real manager process to `InSync` on a PostgreSQL database
+/// of its own.
 async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()> {
+    use crate::testkit::database::{Engine, TestDatabase};
     use crate::testkit::manager::{Manager, ManagerSpec};
+    use futures::StreamExt;
     use kube::api::{Patch, PatchParams};
     use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    use kube::runtime::watcher;
 
     step("the operator: a PtahSchema whose declared schema is a ConfigMap");
+    let db = TestDatabase::create(harness, Engine::Postgres, "ptah_demo")?;
+    println!("  made an empty PostgreSQL database {}", db.name);
     let apply = PatchParams::apply("ptah-harness-demo").force();
-    let url = std::fs::read_to_string(harness.secret_file("postgres.url"))?;
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(client.clone(), NAMESPACE);
     let secret = serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "orders-db"},
-        "stringData": {"url": url.trim()},
+        "stringData": {"url": db.url()},
     });
     secrets
         .patch("orders-db", &apply, &Patch::Apply(&secret))
@@ -219,7 +216,7 @@ async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()
     let cm = serde_json::json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "orders-schema"},
-        "data": {"schema.sql": "CREATE TABLE public.orders (id bigint PRIMARY KEY);\n"},
+        "data": {"schema.sql": DEMO_SCHEMA},
     });
     config_maps
         .patch("orders-schema", &apply, &Patch::Apply(&cm))
@@ -251,108 +248,156 @@ async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()
                 "coordinationKey": "orders-primary",
             },
             "source": {"configMap": {"name": "orders-schema", "keys": ["schema.sql"]}},
-            "policy": {"apply": "OnApproval"},
-            "execution": {"failureRetryInterval": "1h"},
+            "policy": {"apply": "Always"},
+            "execution": {"failureRetryInterval": "10s"},
         },
     });
-    schemas
-        .patch("orders", &apply, &Patch::Apply(&schema))
-        .await?;
-    println!("  applied secret/orders-db, configmap/orders-schema, ptahschema/orders");
+    println!("  schema.sql in configmap/orders-schema:");
+    for line in DEMO_SCHEMA.lines() {
+        println!("    {line}");
+    }
     let manager = Manager::start_in(harness, NAMESPACE, &ManagerSpec::default())?;
     println!(
         "  started ptah-operator (log: {})",
         manager.log_path().display()
     );
+    // Every status write the manager makes, from before the resource exists.
+    let config = watcher::Config::default().fields("metadata.name=orders");
+    let mut changes = watcher::watcher(schemas.clone(), config).boxed();
+    schemas
+        .patch("orders", &apply, &Patch::Apply(&schema))
+        .await?;
+    println!("  applied ptahschema/orders (policy apply: Always)");
 
-    // The manager snapshots the ConfigMap, claims Observe, creates its one
-    // Job; the runner delivers its result to the manager's receiver.
-    let observed = tokio::time::timeout(Duration::from_secs(90), async {
-        loop {
-            let s = schemas.get("orders").await?;
-            let failed = s.data["status"]["journal"]
-                .as_array()
-                .is_some_and(|j| j.iter().any(|e| e["type"] == "OperationFailed"));
-            if failed {
-                return anyhow::Ok(s);
+    step("the path of phases, as the manager wrote them");
+    let started = std::time::Instant::now();
+    let mut last = String::new();
+    let done = tokio::time::timeout(Duration::from_secs(240), async {
+        while let Some(event) = changes.next().await {
+            let obj = match event? {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => o,
+                _ => continue,
+            };
+            let st = &obj.data["status"];
+            let phase = st["phase"].as_str().unwrap_or_default().to_string();
+            if !phase.is_empty() && phase != last {
+                println!(
+                    "  {:>6.1}s  {phase:<21} {}",
+                    started.elapsed().as_secs_f64(),
+                    phase_words(&phase)
+                );
+                last = phase.clone();
             }
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            if phase == "InSync" || phase == "Blocked" {
+                return anyhow::Ok(obj);
+            }
         }
+        bail!("the watch ended")
     })
     .await
     .with_context(|| {
         format!(
-            "the Observe read did not end within 90s; see {}",
+            "ptahschema/orders did not converge within 240s; see {}",
             manager.log_path().display()
         )
     })??;
+    let st = &done.data["status"];
 
-    println!("  the path the machine took (from the manager's log):");
-    let mut last = String::new();
-    for line in manager.log().lines() {
-        if let Some(job) = line.split("job=").nth(1) {
-            println!(
-                "    {:<60}    created job/{}",
-                "",
-                job.split_whitespace().next().unwrap_or_default()
-            );
-            continue;
+    step("the plan it applied");
+    let plan_name = st["applied"]["planName"].as_str().unwrap_or_default();
+    println!("  ptahschemaplan/{plan_name}");
+    match applied_statements(client, plan_name).await {
+        Ok(statements) => {
+            for sql in statements {
+                for line in sql.lines() {
+                    println!("    {line}");
+                }
+                println!("    ;");
+            }
         }
-        let Some(obs) = line.split("observation=").nth(1) else {
-            continue;
-        };
-        let phase = obs.rsplit("phase=").next().unwrap_or_default().trim();
-        let phase = phase
-            .strip_prefix("Some(")
-            .and_then(|p| p.strip_suffix(')'))
-            .unwrap_or("(no phase yet)");
-        let what = obs.split(" phase=").next().unwrap_or_default();
-        let what: String = what.chars().take(60).collect();
-        if phase != last && !what.starts_with("Realm(Ok)") {
-            println!("    {what:<60} -> {phase}");
-            last = phase.to_string();
-        }
+        Err(e) => println!("    (could not read the plan back: {e:#})"),
     }
-    let st = &observed.data["status"];
-    println!(
-        "  status.phase:            {}",
-        st["phase"].as_str().unwrap_or("-")
-    );
-    println!(
-        "  status.source.revision:  {}",
-        st["source"]["revision"].as_str().unwrap_or("-")
-    );
-    println!(
-        "  the snapshot:            configmap/{}",
-        st["source"]["configMap"]["snapshotName"]
-            .as_str()
-            .unwrap_or("-")
-    );
+
+    step("status: conditions and journal");
     for c in st["conditions"].as_array().into_iter().flatten() {
         println!(
-            "  condition {:<21} {:<5} {}  {}",
+            "  {:<21} {:<5} {:<26} {}",
             c["type"].as_str().unwrap_or_default(),
             c["status"].as_str().unwrap_or_default(),
             c["reason"].as_str().unwrap_or_default(),
             c["message"].as_str().unwrap_or_default()
         );
     }
+    println!();
     for e in st["journal"].as_array().into_iter().flatten() {
+        let detail = [
+            e["operation"].as_str().map(|o| format!("operation {o}")),
+            e["outcome"].as_str().map(|o| format!("outcome {o}")),
+            e["reason"].as_str().map(|r| format!("reason {r}")),
+            e["planName"].as_str().map(|p| format!("plan {p}")),
+            e["jobName"].as_str().map(|j| format!("job {j}")),
+        ];
+        let detail: Vec<String> = detail.into_iter().flatten().collect();
         println!(
-            "  journal {} {} {} job/{}",
+            "  {}  {:<16} {}",
             e["time"].as_str().unwrap_or_default(),
             e["type"].as_str().unwrap_or_default(),
-            e["reason"].as_str().unwrap_or_default(),
-            e["jobName"].as_str().unwrap_or_default()
+            detail.join(", ")
         );
     }
-    println!("  (the Observe read needs the Ptah executor, which this machine cannot fetch)");
+
+    step(&format!(
+        "the table, as psql sees it in database {}",
+        db.name
+    ));
+    for line in db.describe("orders")?.lines() {
+        println!("  {line}");
+    }
+    if last != "InSync" {
+        bail!("ptahschema/orders ended {last}, not InSync");
+    }
 
     // Deleted while the manager runs, so it lets its finalizer go.
     schemas.delete("orders", &DeleteParams::default()).await?;
     wait_gone(&schemas, "orders").await?;
     drop(manager);
     Ok(())
+}
+
+/// The statements of a stored plan, read back from its chunks.
+async fn applied_statements(client: &kube::Client, plan: &str) -> anyhow::Result<Vec<String>> {
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let kind = |k: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("operator.ptah.run", "v1alpha1", k),
+            plural,
+        )
+    };
+    let plans: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &kind("PtahSchemaPlan", "ptahschemaplans"),
+    );
+    let chunks: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &kind("PtahSchemaPlanChunk", "ptahschemaplanchunks"),
+    );
+    let plan = plans.get(plan).await?;
+    let mut bytes = Vec::new();
+    for c in plan.data["spec"]["chunks"].as_array().into_iter().flatten() {
+        let chunk = chunks.get(c["name"].as_str().unwrap_or_default()).await?;
+        let data = chunk.data["spec"]["data"].as_str().unwrap_or_default();
+        use base64::Engine as _;
+        bytes.extend(base64::engine::general_purpose::STANDARD.decode(data)?);
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&bytes)?;
+    Ok(doc["statements"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["sql"].as_str().map(str::to_string))
+        .collect())
 }
 
 async fn wait_gone(api: &Api<kube::core::DynamicObject>, name: &str) -> anyhow::Result<()> {
@@ -364,51 +409,4 @@ async fn wait_gone(api: &Api<kube::core::DynamicObject>, name: &str) -> anyhow::
     })
     .await
     .with_context(|| format!("{name} was not deleted within 60s"))?
-}
-
-struct UrlParts {
-    user: String,
-    password: String,
-    port: String,
-}
-
-/// user, password and port of a `scheme://user:password@host:port/db` URL
-/// (the harness writes them without escapes).
-fn url_parts(url: &str) -> anyhow::Result<UrlParts> {
-    let (_, rest) = url
-        .trim()
-        .split_once("://")
-        .context("the URL file does not hold a URL")?;
-    let (creds, host) = rest.split_once('@').context("no credentials in the URL")?;
-    let (user, password) = creds.split_once(':').context("no password in the URL")?;
-    let host = host.split('/').next().unwrap_or_default();
-    let (_, port) = host.rsplit_once(':').context("no port in the URL")?;
-    Ok(UrlParts {
-        user: user.into(),
-        password: password.into(),
-        port: port.into(),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn url_parts_reads_user_password_and_port() {
-        let p = url_parts("mysql://ptah:s3cret@127.0.0.1:3307/mysql\n").unwrap();
-        assert_eq!(
-            (p.user.as_str(), p.password.as_str(), p.port.as_str()),
-            ("ptah", "s3cret", "3307")
-        );
-        let p =
-            url_parts("postgres://postgres:pw@127.0.0.1:5433/postgres?sslmode=disable").unwrap();
-        assert_eq!(p.port, "5433");
-    }
-
-    #[test]
-    fn url_parts_refuses_a_url_without_credentials() {
-        let err = url_parts("postgres://127.0.0.1:5432/db").err().unwrap();
-        assert!(err.to_string().contains("credentials"), "{err}");
-    }
 }

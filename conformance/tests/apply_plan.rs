@@ -7,9 +7,10 @@
 //!
 //! * The runner fetches the plan with its token before anything else,
 //!   checks its length and SHA-256 against `--plan-content-digest`, writes
-//!   it to `/work`, and reports `PlanFetched` (outcome `NotImplemented`:
-//!   the executor is still to come) in the result document the receiver
-//!   stored.
+//!   it to `/work`, and only then hands that file to `ptah schema apply`;
+//!   here the database does not answer, so the result the receiver stored
+//!   is Ptah's failure (an outcome the manager takes as unknown), never a
+//!   refusal of the bytes.
 //! * A forged token gets 401; a claim moved to another plan than
 //!   `status.plan` gets 409 (`PlanMoved`); a PtahMigration gets 404.
 //! * A plan whose chunk was replaced with other bytes is refused by the
@@ -49,7 +50,7 @@ use operator::execution::receiver::{
 };
 use operator::runner::cli::ResourceRef;
 use operator::runner::deliver::{PlanAttempt, Sender};
-use operator::runner::{EXIT_NOT_IMPLEMENTED, EXIT_REFUSED, Outcome, StepOutput};
+use operator::runner::{EXIT_FAILED, EXIT_REFUSED, Outcome};
 use operator::server::{Routes, Tls, serve};
 use operator::testing;
 use supplychain::manifest::Limits;
@@ -59,19 +60,30 @@ const TIMEOUT: Duration = Duration::from_secs(180);
 const PATIENCE: Patience = Patience::new(TIMEOUT, Duration::from_millis(250));
 const SCHEMA: &str = "orders";
 
-/// `n` bytes of plan-like text that differ along the way, so a chunk put in
-/// another's place is noticed.
+/// A Ptah plan document of at least `n` bytes whose statements differ along
+/// the way, so a chunk put in another's place is noticed.
 fn plan_bytes(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
+    let mut statements = Vec::new();
+    let mut size = 0;
+    while size < n {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        out.extend_from_slice(format!("ALTER TABLE t{x:016x} ADD COLUMN c int;\n").as_bytes());
+        let sql = format!("ALTER TABLE t{x:016x} ADD COLUMN c int");
+        size += sql.len() + 48;
+        statements.push(json!({"sql": sql, "severity": "warning", "reason": "adds a column"}));
     }
-    out.truncate(n);
-    out
+    let doc = json!({
+        "format_version": 1,
+        "name": format!("plan_{seed:012x}"),
+        "dialect": "postgres",
+        "from_fingerprint": examples::digest(23),
+        "to_fingerprint": examples::digest(24),
+        "destructive": false,
+        "statements": statements,
+    });
+    serde_json::to_vec_pretty(&doc).expect("a plan document")
 }
 
 fn plan_input(bytes: Vec<u8>, snapshot: &snapshot::Snapshot) -> PlanInput {
@@ -432,37 +444,30 @@ async fn an_apply_job_fetches_exactly_its_plans_bytes_and_refuses_a_replaced_chu
     s.write_status(json!({"plan": summary, "activeOperation": claim}))
         .await?;
 
-    // The runner fetched, checked and wrote the plan, and said so.
+    // The runner fetched, checked and wrote the plan, then ran Ptah on it:
+    // the database does not answer, so Ptah failed, not the plan's check.
     let pod = s.run(&job, &claim).await?;
     let log = s.log(&pod);
-    assert_eq!(exit_code(&pod), Some(EXIT_NOT_IMPLEMENTED), "{log}");
+    assert_eq!(exit_code(&pod), Some(EXIT_FAILED), "{log}");
     assert!(log.contains("the result was stored"), "{log}");
     let stored = receiver::harvest(&client, &namespace, &operation_id, 1)
         .await?
         .context("no stored result")?;
     let doc = &stored.document;
-    assert_eq!(doc.outcome, Outcome::NotImplemented);
-    match &doc.result {
-        Some(StepOutput::PlanFetched {
-            plan,
-            plan_fingerprint,
-            content_digest,
-            file,
-        }) => {
-            assert_eq!(plan, &summary.name);
-            assert_eq!(plan_fingerprint, &summary.fingerprint);
-            assert_eq!(content_digest, &digest);
-            assert_eq!(file.path, "/work/plan.sql");
-            assert_eq!(file.size, bytes.len() as u64);
-            assert_eq!(file.sha256, digest);
-        }
-        other => panic!("not a fetched plan: {other:?}"),
-    }
+    assert_eq!(doc.outcome, Outcome::Failed);
+    assert!(doc.result.is_none(), "{:?}", doc.result);
     let message = doc.error.as_ref().map(|e| e.message.clone());
     assert!(
         message
             .as_deref()
-            .is_some_and(|m| m.contains("fetched and checked")),
+            .is_some_and(|m| m.contains("ptah schema apply failed (exit 2)")),
+        "{message:?}"
+    );
+    assert!(
+        !message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("db-password-never-read"),
         "{message:?}"
     );
 

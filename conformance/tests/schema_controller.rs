@@ -1,5 +1,6 @@
-//! The PtahSchema controller end to end, as far as the harness can take it
-//! without the Ptah executor (docs/executor.md): a real manager process
+//! The PtahSchema controller end to end, on a database that refuses every
+//! connection, so that each read fails where these tests need it to: a real
+//! manager process
 //! (`ptah-operator`, scoped to the test's namespace) against the real API
 //! server, Job controller, process kubelet, git daemon and the manager's own
 //! result receiver.
@@ -68,13 +69,17 @@ async fn namespace(test: &str) -> anyhow::Result<TestNamespace> {
     .await
 }
 
-/// The database Secret: the harness's PostgreSQL URL under `url`.
+/// A database URL whose server refuses every connection: each read these
+/// tests make fails at Ptah's connect, which is what they are about (the
+/// reads that succeed are in `executor_schema.rs`).
+const UNREACHABLE_DB: &str = "postgres://ptah:never-used@127.0.0.1:1/orders?sslmode=disable";
+
+/// The database Secret: [`UNREACHABLE_DB`] under `url`.
 async fn db_secret(ns: &TestNamespace) -> anyhow::Result<()> {
-    let url = std::fs::read_to_string(ns.harness().secret_file("postgres.url"))?;
     ns.create::<Secret>(json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "db"},
-        "stringData": {"url": url.trim()},
+        "stringData": {"url": UNREACHABLE_DB},
     }))
     .await?;
     Ok(())
@@ -239,8 +244,9 @@ async fn configmap_source_is_snapshotted_and_each_observe_attempt_has_one_job() 
         .context("ArtifactResolved")?;
     assert_eq!(resolved.reason, Reason::SnapshotTaken);
 
-    // The Observe read fails (no executor on the harness): its result comes
-    // through the receiver, the claim stays, and a second attempt follows.
+    // The Observe read fails (the database refuses connections): its result
+    // comes through the receiver, the claim stays, and a second attempt
+    // follows.
     let s = until(&ns, "orders", "two failed Observe attempts", |s| {
         failed_observe_attempts(s) >= 2
     })
@@ -253,7 +259,9 @@ async fn configmap_source_is_snapshotted_and_each_observe_attempt_has_one_job() 
         .find(|c| c.type_ == SchemaConditionType::ReconciliationFailed)
         .context("ReconciliationFailed")?;
     assert!(
-        failed.message.contains("executor") && !failed.message.contains("no result reached"),
+        failed.message.contains("connection refused")
+            && !failed.message.contains("no result reached")
+            && !failed.message.contains("never-used"),
         "the result delivered to the receiver names why: {}",
         failed.message
     );

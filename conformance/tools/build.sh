@@ -92,20 +92,42 @@ build_simple() { # name module-path package version
     go build -o '$bin/$name.tmp' $pkg && mv '$bin/$name.tmp' '$bin/$name'"
 }
 
+# The executor, from the pinned source archive: its SHA-256 is checked before
+# anything is unpacked, the one unserved dependency is substituted, and the
+# build info is stamped as Ptah's Makefile does. Without the archive, a module
+# proxy that serves the module gets the same version installed.
 build_ptah() {
   [ -x "$bin/ptah" ] && return 0
-  # The executor. A refusal is recorded, not fatal (docs/executor.md), and
-  # asked again once a day rather than on every run.
-  local refused=$root/logs/ptah.refused
-  if [ -n "$(find "$refused" -mmin -1440 2>/dev/null)" ]; then
-    say "ptah: refused by the module proxy at $(cat "$refused"); not asking again today (see docs/executor.md)"
-    return 0
+  local archive=${PTAH_ARCHIVE_DIR:-$here/../../../shared/vendor/ptah}/$PTAH_ARCHIVE
+  local ld="-s -w -X go.5x5.cz/ptah/internal/buildinfo.Version=$PTAH_VERSION"
+  ld="$ld -X go.5x5.cz/ptah/internal/buildinfo.Commit=$PTAH_COMMIT -X go.5x5.cz/ptah/internal/buildinfo.Date=$PTAH_DATE"
+  if [ ! -f "$archive" ]; then
+    say "ptah: no source archive at $archive; installing $PTAH_MODULE@$PTAH_VERSION from the module proxy"
+    with_progress ptah bash -c "
+      set -euo pipefail
+      $(declare -f tool_module); root=$root
+      tool_module ptah
+      go get -tool $PTAH_MODULE/cmd/ptah@$PTAH_VERSION
+      go build -ldflags '$ld' -o '$bin/ptah.tmp' $PTAH_MODULE/cmd/ptah && mv '$bin/ptah.tmp' '$bin/ptah'"
+    return
   fi
-  if ! build_simple ptah "$PTAH_MODULE" "$PTAH_MODULE/cmd/ptah" "$PTAH_VERSION"; then
-    date -u +%Y-%m-%dT%H:%M:%SZ >"$refused"
-    say "ptah: not available from the module proxy (see docs/executor.md)"
-    return 0
+  local got
+  got=$(sha256sum "$archive" | cut -d' ' -f1)
+  if [ "$got" != "$PTAH_ARCHIVE_SHA256" ]; then
+    say "ptah: $archive has SHA-256 $got, but pins.env pins $PTAH_ARCHIVE_SHA256; refusing to build it"
+    return 1
   fi
+  local from=$PTAH_SUBSTITUTE_FROM to_mod=${PTAH_SUBSTITUTE_TO%@*}
+  with_progress ptah bash -c "
+    set -euo pipefail
+    src=$root/src/ptah
+    rm -rf \$src; mkdir -p \$src
+    tar -xzf '$archive' -C \$src --strip-components=1
+    cd \$src
+    sed -i 's#\"$from\"#\"$to_mod\"#; s#\"$from/#\"$to_mod/#' dbschema/connection.go internal/dbschema/oracle/roles.go
+    go mod edit -droprequire=$from -require=$PTAH_SUBSTITUTE_TO
+    go build -mod=mod -ldflags '$ld' -o '$bin/ptah.tmp' ./cmd/ptah && mv '$bin/ptah.tmp' '$bin/ptah'"
+  "$bin/ptah" --version >&2
 }
 
 tools=("$@")

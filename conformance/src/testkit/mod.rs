@@ -7,6 +7,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+pub mod database;
 pub mod git;
 pub mod job;
 pub mod manager;

@@ -6,7 +6,8 @@ use std::io::Write;
 
 use clap::Parser;
 use clap::error::ErrorKind;
-use ptah_operator::runner::cli::Cli;
+use ptah_operator::runner::cli::{Cli, Command};
+use ptah_operator::runner::history;
 use ptah_operator::runner::{self, EXIT_FAILED, EXIT_USAGE, Outcome, Summary};
 
 fn main() {
@@ -36,6 +37,14 @@ fn main() {
             std::process::exit(EXIT_USAGE);
         }
     };
+    // Ptah's pre-up hook runs inside the Apply container: it answers with its
+    // exit code alone, and must not overwrite the Apply's summary.
+    if let Command::CheckSequence(a) = &cli.command {
+        std::process::exit(history::check_sequence_from_env(
+            &a.source,
+            &a.sequence_digest,
+        ));
+    }
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let termination_log = cli.termination_log.clone();
     let rt = match tokio::runtime::Builder::new_multi_thread()

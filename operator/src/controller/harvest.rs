@@ -415,8 +415,6 @@ mod tests {
             plan: PlanOutcome {
                 target_identity_digest: target.into(),
                 dialect: "postgres".into(),
-                actual_state_fingerprint: "sha256:aa".into(),
-                desired_state_fingerprint: "sha256:bb".into(),
                 change,
             },
         }
@@ -430,6 +428,8 @@ mod tests {
             destructive: false,
             privilege_changes: Vec::new(),
             tables: vec!["public.t".into()],
+            actual_state_fingerprint: "sha256:aa".into(),
+            desired_state_fingerprint: "sha256:bb".into(),
         }
     }
 

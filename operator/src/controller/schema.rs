@@ -282,11 +282,14 @@ impl Pass<'_> {
         if let (Some(epoch), Some(digest)) = (&c.lease_epoch, &c.coordination_digest)
             && !c.lease_continuity_lost
         {
-            let continuity = self
-                .ctx
-                .leases
-                .renew(digest, &c.operation_id, epoch)
-                .await?;
+            // The proof reads under the Apply's Lease: it was acquired for
+            // the Apply's operation, which the owed proof records.
+            let holder_op = st
+                .pending_observation
+                .as_ref()
+                .filter(|p| p.lease_epoch.as_deref() == Some(epoch.as_str()))
+                .map_or(c.operation_id.as_str(), |p| p.apply_operation_id.as_str());
+            let continuity = self.ctx.leases.renew(digest, holder_op, epoch).await?;
             if continuity == crate::execution::lease::Continuity::Lost {
                 obs.push(Observation::LeaseContinuityLost);
             }
@@ -397,8 +400,8 @@ impl Pass<'_> {
             source,
             coordination_digest: coordination,
             target_identity_digest: outcome.target_identity_digest.clone(),
-            actual_state_fingerprint: outcome.actual_state_fingerprint.clone(),
-            desired_state_fingerprint: outcome.desired_state_fingerprint.clone(),
+            actual_state_fingerprint: change.actual_state_fingerprint.clone(),
+            desired_state_fingerprint: change.desired_state_fingerprint.clone(),
             execution_binding: binding,
         };
         match plan::publish(&self.ctx.client, &self.obj, input).await {

@@ -42,14 +42,29 @@ pub enum Command {
     /// Verify an OCI artifact against its verification policy (stage 1).
     #[command(subcommand)]
     Verify(VerifyCommand),
-    /// Read a schema's drift report from the database (stage 2). Not yet.
+    /// Read a schema's drift report from the database (stage 2).
     Observe(DatabaseArgs),
-    /// Compute a scoped plan (stage 2). Not yet.
+    /// Compute a scoped plan, twice, and dry-run its exact bytes (stage 2).
     Plan(DatabaseArgs),
-    /// Read a migration history (stages 2 and 5). Not yet.
+    /// Read a migration history (stages 2 and 5).
     History(DatabaseArgs),
-    /// Apply the exact published plan bytes, or a migration sequence (stage 4). Not yet.
+    /// Apply the exact published plan bytes, or a migration sequence (stage 4).
     Apply(ApplyArgs),
+    /// Ptah's pre-up hook of a migration Apply, under the migration lock:
+    /// exit 0 only when Ptah's selection (`PTAH_CURRENT_VERSION`,
+    /// `PTAH_TARGET_VERSION`) is the approved sequence. Writes no result.
+    CheckSequence(CheckSequenceArgs),
+}
+
+/// `ptah-runner check-sequence`.
+#[derive(Args, Debug)]
+pub struct CheckSequenceArgs {
+    /// The approved sequence's digest.
+    #[arg(long, value_parser = parse_digest)]
+    pub sequence_digest: String,
+    /// The checked migration directory.
+    #[arg(long, value_parser = parse_abs_path)]
+    pub source: PathBuf,
 }
 
 /// `ptah-runner source …`.
@@ -346,6 +361,15 @@ pub struct DatabaseArgs {
     /// Lock timeout.
     #[arg(long, value_parser = parse_duration)]
     pub lock_timeout: Duration,
+    /// The Ptah CLI the runner drives (the executor image's; not written by
+    /// the Job builder).
+    #[arg(long, default_value = super::executor::PTAH_PATH, value_parser = parse_abs_path, hide = true)]
+    pub ptah: PathBuf,
+    /// The Job's `work` emptyDir: Ptah's working directory, and where an
+    /// Apply's checked plan bytes are written (not written by the Job
+    /// builder).
+    #[arg(long, default_value = "/work", value_parser = parse_abs_path, hide = true)]
+    pub work_dir: PathBuf,
 }
 
 /// `apply`.
@@ -369,10 +393,6 @@ pub struct ApplyArgs {
     /// `all|file|none`.
     #[arg(long, value_parser = ["all", "file", "none"])]
     pub transaction_mode: Option<String>,
-    /// Where a schema plan's checked bytes are written for Ptah (the Job's
-    /// `work` emptyDir); not written by the Job builder.
-    #[arg(long, default_value = "/work", value_parser = parse_abs_path, hide = true)]
-    pub work_dir: PathBuf,
 }
 
 fn parse_text(value: &str) -> Result<String, String> {

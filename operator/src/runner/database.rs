@@ -1,6 +1,6 @@
 //! What the database operations answer the manager: the runner's side of the
 //! protocol for Observe, Plan and Apply. The runner fills these from the Ptah
-//! executor's outputs (`docs/executor.md`: not on this machine yet); the
+//! executor's outputs ([`super::operations`]); the
 //! manager reads them from the result receiver. Bounded by design: the drift
 //! report and the connection never leave the Pod, only their digests and
 //! aggregates do.
@@ -47,10 +47,6 @@ pub struct PlanOutcome {
     pub target_identity_digest: String,
     /// The SQL dialect.
     pub dialect: String,
-    /// Fingerprint of the live schema the plan was computed from.
-    pub actual_state_fingerprint: String,
-    /// Fingerprint of the declared schema.
-    pub desired_state_fingerprint: String,
     /// The change, or `None`: the authoritative statement that the database
     /// converged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,6 +72,11 @@ pub struct PlannedChange {
     /// protected-table rule.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tables: Vec<String>,
+    /// Fingerprint of the live schema the plan was computed from (Ptah's
+    /// `from_fingerprint`, which its Apply checks under its lock).
+    pub actual_state_fingerprint: String,
+    /// Fingerprint of the declared schema (Ptah's `to_fingerprint`).
+    pub desired_state_fingerprint: String,
 }
 
 /// Apply: what ran. The outcome is never taken from here alone: the proof

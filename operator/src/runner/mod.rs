@@ -30,9 +30,15 @@
 //!
 //! Every step also takes `--timeout=<Go duration>` (default `10m`) and
 //! `--result-file=<path>`; neither is written by the Job builder today.
-//! `observe`, `plan`, `history` and a migration's `apply` parse their flags
-//! as designed and exit [`EXIT_NOT_IMPLEMENTED`]: they need the Ptah
-//! executor (`docs/executor.md`).
+//!
+//! # The database operations
+//!
+//! `observe`, `plan`, `history` and `apply` drive the Ptah CLI as a child
+//! ([`executor`]: argv only, the database URL from the container's own
+//! `PTAH_DB_URL` and nothing else of its environment, both streams captured
+//! and bounded, deadlines, SIGTERM forwarded), parse every output strictly
+//! ([`reports`], [`history`]) and deliver only bounded, credential-free
+//! facts ([`operations`], [`redact`], [`identity`]).
 //!
 //! A schema's `apply` (`--plan-content-digest`) first fetches the plan's
 //! bytes from the receiver with its token ([`deliver::fetch_plan`]: `GET`
@@ -43,9 +49,8 @@
 //! digests, or `planFingerprint`; a plan the receiver could not read back is
 //! refused under rule `plan`, naming the chunk). The checked bytes are
 //! written to `<--work-dir>/`[`PLAN_FILE`] (`/work`, the Job's `work`
-//! emptyDir), read back and hashed; the result document reports
-//! [`StepOutput::PlanFetched`] with the outcome `NotImplemented`, exit
-//! [`EXIT_NOT_IMPLEMENTED`]: the executor part is still to come.
+//! emptyDir), read back and hashed, and only that file is given to `ptah
+//! schema apply --plan`.
 //!
 //! # Credentials
 //!
@@ -97,14 +102,19 @@
 //! | 2 ([`EXIT_USAGE`]) | an argument, file or credential given to the step is invalid; the message names the flag |
 //! | 3 ([`EXIT_FAILED`]) | the step could not finish (network, registry, I/O) |
 //! | 4 ([`EXIT_DEADLINE`]) | a deadline passed before or during the step |
-//! | 5 ([`EXIT_NOT_IMPLEMENTED`]) | a database operation: needs the Ptah executor |
 //! | 143 ([`EXIT_TERMINATED`]) | SIGTERM |
 
 pub mod cli;
 pub mod credentials;
 pub mod database;
 pub mod deliver;
+pub mod executor;
+pub mod history;
+pub mod identity;
 pub mod migrations;
+pub mod operations;
+pub mod redact;
+pub mod reports;
 mod steps;
 
 use std::borrow::Cow;
@@ -128,8 +138,6 @@ pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_FAILED: i32 = 3;
 /// A deadline passed.
 pub const EXIT_DEADLINE: i32 = 4;
-/// A database operation, not implemented before the executor.
-pub const EXIT_NOT_IMPLEMENTED: i32 = 5;
 /// Stopped by SIGTERM.
 pub const EXIT_TERMINATED: i32 = 143;
 
@@ -174,8 +182,6 @@ pub enum StepError {
     Failed(String),
     /// A deadline passed.
     Deadline(String),
-    /// Not implemented yet.
-    NotImplemented(String),
     /// SIGTERM.
     Terminated,
 }
@@ -208,7 +214,6 @@ impl StepError {
             Self::Refused { .. } => EXIT_REFUSED,
             Self::Failed(_) => EXIT_FAILED,
             Self::Deadline(_) => EXIT_DEADLINE,
-            Self::NotImplemented(_) => EXIT_NOT_IMPLEMENTED,
             Self::Terminated => EXIT_TERMINATED,
         }
     }
@@ -219,7 +224,6 @@ impl StepError {
             Self::Refused { .. } => Outcome::Refused,
             Self::Failed(_) => Outcome::Failed,
             Self::Deadline(_) => Outcome::DeadlineExceeded,
-            Self::NotImplemented(_) => Outcome::NotImplemented,
             Self::Terminated => Outcome::Terminated,
         }
     }
@@ -238,7 +242,6 @@ impl fmt::Display for StepError {
             }
             Self::Failed(m) => write!(f, "failed: {m}"),
             Self::Deadline(m) => write!(f, "deadline exceeded: {m}"),
-            Self::NotImplemented(m) => write!(f, "not implemented: {m}"),
             Self::Terminated => f.write_str("terminated by SIGTERM"),
         }
     }
@@ -259,8 +262,6 @@ pub enum Outcome {
     Failed,
     /// A deadline passed.
     DeadlineExceeded,
-    /// Not implemented yet.
-    NotImplemented,
     /// SIGTERM.
     Terminated,
 }
@@ -338,22 +339,6 @@ pub enum StepOutput {
         /// The outcome.
         plan: database::PlanOutcome,
     },
-    /// `apply` of a schema plan, as far as it goes before the executor: the
-    /// plan's bytes fetched from the receiver with the operation's token,
-    /// their length and SHA-256 checked against `--plan-content-digest`, and
-    /// written for Ptah. Reported with the outcome `NotImplemented` until
-    /// the executor runs them.
-    #[serde(rename_all = "camelCase")]
-    PlanFetched {
-        /// `--plan`.
-        plan: String,
-        /// `--plan-fingerprint`, which the receiver's answer also named.
-        plan_fingerprint: String,
-        /// `--plan-content-digest`, which the bytes gave.
-        content_digest: String,
-        /// The file written (its path absolute), read back and hashed.
-        file: FileResult,
-    },
     /// `apply`: what ran (the proof decides what it did).
     #[serde(rename_all = "camelCase")]
     Applied {
@@ -398,7 +383,6 @@ impl StepOutput {
             Self::Planned { plan } => {
                 (plan.change.as_ref().map(|c| c.content_digest.clone()), None)
             }
-            Self::PlanFetched { content_digest, .. } => (Some(content_digest.clone()), None),
             Self::Applied { .. } | Self::History { .. } | Self::Ran { .. } => (None, None),
         }
     }
@@ -656,7 +640,6 @@ mod tests {
             StepError::refused("r", None, "x").exit_code(),
             StepError::failed("x").exit_code(),
             StepError::Deadline("x".into()).exit_code(),
-            StepError::NotImplemented("x".into()).exit_code(),
             StepError::Terminated.exit_code(),
         ];
         let set: std::collections::BTreeSet<_> = codes.iter().collect();

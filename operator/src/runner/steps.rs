@@ -15,12 +15,13 @@ use supplychain::verification::{self, CompiledPolicy};
 use supplychain::{git, oci};
 
 use super::cli::{
-    ApplyArgs, ArtifactKindArg, CheckArgs, Command, CommonArgs, FetchCommand, FetchGitArgs,
-    FetchOciArgs, RegistryArgs, ResolveCommand, ResolveGitArgs, ResolveOciArgs, SourceCommand,
-    StepBounds, VerifyCommand, VerifyOciArgs,
+    ApplyArgs, ArtifactKindArg, CheckArgs, Command, CommonArgs, DatabaseArgs, FetchCommand,
+    FetchGitArgs, FetchOciArgs, RegistryArgs, ResolveCommand, ResolveGitArgs, ResolveOciArgs,
+    SourceCommand, StepBounds, VerifyCommand, VerifyOciArgs,
 };
 use super::credentials::{git_credentials, read_optional, registry_credentials};
 use super::deliver::{self, Delivered, DeliveryError, FetchedPlan, PlanFetchError, Target};
+use super::operations;
 use super::{FileResult, OperationRef, PLAN_FILE, ResultDocument, StepError, StepOutput, budget};
 use crate::execution::receiver::{REASON_PLAN_REFUSED, content_sha256};
 
@@ -79,11 +80,6 @@ fn operation_step(step: &'static str, c: &CommonArgs, outcome: StepFuture) -> Pl
 /// Runs the step `command` names, within its deadlines.
 pub async fn run_step(command: Command) -> Finished {
     let started = Timestamp::now();
-    let step_name = match &command {
-        Command::Plan(_) => "plan",
-        Command::History(_) => "history",
-        _ => "observe",
-    };
     let (step, operation, bounds, dispatch, execution, outcome): Planned = match command {
         Command::Source(SourceCommand::Check(a)) => source_step(
             "source check",
@@ -108,26 +104,39 @@ pub async fn run_step(command: Command) -> Finished {
             let c = a.common.clone();
             operation_step("verify oci", &c, Box::pin(verify_oci(a)))
         }
-        Command::Observe(a) | Command::Plan(a) | Command::History(a) => {
+        Command::Observe(a) => {
             let c = a.common.clone();
-            (
-                step_name,
-                Some((operation_ref(&c), Target::of(&c))),
-                c.bounds,
-                None,
-                None,
-                Box::pin(not_implemented()),
-            )
+            operation_step("observe", &c, Box::pin(observe(a)))
+        }
+        Command::Plan(a) => {
+            let c = a.common.clone();
+            operation_step("plan", &c, Box::pin(plan(a)))
+        }
+        Command::History(a) => {
+            let c = a.common.clone();
+            operation_step("history", &c, Box::pin(history(a)))
+        }
+        Command::CheckSequence(_) => {
+            // `ptah-runner` answers the hook before any step runs.
+            let step: StepFuture = Box::pin(async {
+                Err(StepError::input(
+                    "check-sequence is Ptah's pre-up hook, not a step: run it as `ptah-runner check-sequence`",
+                ))
+            });
+            let bounds = StepBounds {
+                timeout: Duration::from_secs(60),
+                result_file: None,
+            };
+            source_step("check-sequence", bounds, step)
         }
         Command::Apply(a) => {
             let c = a.database.common.clone();
             let (op, target) = (operation_ref(&c), Target::of(&c));
-            // A schema plan is fetched and checked before anything else; a
-            // migration's sequence needs the executor from the start.
+            // A schema plan is fetched and checked before anything else.
             let step: StepFuture = if a.plan_content_digest.is_some() {
                 Box::pin(apply_schema(a, op.clone(), target.clone()))
             } else {
-                Box::pin(not_implemented())
+                Box::pin(apply_migrations(a))
             };
             (
                 "apply",
@@ -143,30 +152,21 @@ pub async fn run_step(command: Command) -> Finished {
         Some(t) if Timestamp::now() > t => Err(StepError::Deadline(format!(
             "started after --dispatch-not-after={t}: nothing was done"
         ))),
-        _ => guarded(budget(bounds.timeout, execution), outcome).await,
-    };
-    // A schema Apply goes as far as its checked plan: what it did is kept,
-    // typed, beside the executor part still to come.
-    let (result, done) = match result {
-        Ok(fetched @ StepOutput::PlanFetched { .. }) => (
-            Err(StepError::NotImplemented(
-                "the plan was fetched and checked; running it needs the Ptah executor \
-                 (docs/executor.md)"
-                    .into(),
-            )),
-            Some(fetched),
-        ),
-        other => (other, None),
+        _ => {
+            guarded(
+                budget(bounds.timeout, execution),
+                operation.is_some(),
+                outcome,
+            )
+            .await
+        }
     };
     let exit_code = match &result {
         Ok(_) => super::EXIT_OK,
         Err(e) => e.exit_code(),
     };
     let (operation, target) = operation.unzip();
-    let mut document = ResultDocument::new(step, operation, started, &result);
-    if done.is_some() {
-        document.result = done;
-    }
+    let document = ResultDocument::new(step, operation, started, &result);
     let delivery = match target {
         None => None,
         Some(target) => {
@@ -199,10 +199,35 @@ pub async fn run_step(command: Command) -> Finished {
     }
 }
 
-async fn not_implemented() -> Result<StepOutput, StepError> {
-    Err(StepError::NotImplemented(
-        "needs the Ptah executor (docs/executor.md); the flags were checked".into(),
-    ))
+/// The time left of the step's budget, for one Ptah child.
+/// Less than the step's own bound by the grace a child gets after SIGTERM,
+/// so that a deadline reaches Ptah as SIGTERM, never as SIGKILL.
+fn child_budget(c: &CommonArgs) -> Duration {
+    budget(c.bounds.timeout, c.execution_not_after)
+        .saturating_sub(super::executor::TERM_GRACE + Duration::from_secs(2))
+        .max(Duration::from_secs(1))
+}
+
+// ---- the database operations (Ptah) ----
+
+async fn observe(a: DatabaseArgs) -> Result<StepOutput, StepError> {
+    let exec = operations::executor(&a.ptah, &a.work_dir)?;
+    operations::observe(&a, &exec, child_budget(&a.common)).await
+}
+
+async fn plan(a: DatabaseArgs) -> Result<StepOutput, StepError> {
+    let exec = operations::executor(&a.ptah, &a.work_dir)?;
+    operations::plan(&a, &exec, &a.work_dir, child_budget(&a.common)).await
+}
+
+async fn history(a: DatabaseArgs) -> Result<StepOutput, StepError> {
+    let exec = operations::executor(&a.ptah, &a.work_dir)?;
+    super::history::history(&a, &exec).await
+}
+
+async fn apply_migrations(a: ApplyArgs) -> Result<StepOutput, StepError> {
+    let exec = operations::executor(&a.database.ptah, &a.database.work_dir)?;
+    super::history::run_migrations(&a, &exec).await
 }
 
 // ---- apply (schema): the plan's bytes ----
@@ -326,13 +351,23 @@ fn write_plan(
     })
 }
 
-/// A schema Apply up to the executor: fetch the plan's bytes with the
-/// operation's token, check them against the flags, write them for Ptah.
-async fn apply_schema(
-    a: ApplyArgs,
+/// A schema plan fetched with the operation's token, checked against the
+/// flags, and written where Ptah reads it.
+#[derive(Debug)]
+struct PlanFile {
+    /// The file written (its path absolute), read back and hashed.
+    file: FileResult,
+    /// Statements in the plan document.
+    statements: i32,
+}
+
+/// Fetches the plan's bytes with the operation's token, checks them against
+/// the flags and writes them for Ptah: nothing else happens before this.
+async fn fetch_schema_plan(
+    a: &ApplyArgs,
     op: OperationRef,
     target: Target,
-) -> Result<StepOutput, StepError> {
+) -> Result<PlanFile, StepError> {
     let content_digest = a
         .plan_content_digest
         .clone()
@@ -341,15 +376,29 @@ async fn apply_schema(
         .await
         .map_err(plan_fetch_error)?;
     check_plan(&fetched, &a.plan, &a.plan_fingerprint, &content_digest)?;
-    let work_dir = a.work_dir.clone();
-    let digest = content_digest.clone();
-    let file = blocking(move || write_plan(&work_dir, &fetched.bytes, &digest)).await?;
-    Ok(StepOutput::PlanFetched {
-        plan: a.plan,
-        plan_fingerprint: a.plan_fingerprint,
-        content_digest,
-        file,
-    })
+    let statements = operations::statement_count(&fetched.bytes)?;
+    let work_dir = a.database.work_dir.clone();
+    let file = blocking(move || write_plan(&work_dir, &fetched.bytes, &content_digest)).await?;
+    Ok(PlanFile { file, statements })
+}
+
+/// A schema Apply: the checked plan, then Ptah's Apply of exactly that file.
+async fn apply_schema(
+    a: ApplyArgs,
+    op: OperationRef,
+    target: Target,
+) -> Result<StepOutput, StepError> {
+    let plan = fetch_schema_plan(&a, op, target).await?;
+    let exec = operations::executor(&a.database.ptah, &a.database.work_dir)?;
+    let path = PathBuf::from(&plan.file.path);
+    operations::apply(
+        &a,
+        &exec,
+        &path,
+        plan.statements,
+        child_budget(&a.database.common),
+    )
+    .await
 }
 
 /// The next SIGTERM (the runner is PID 1: nothing else ends it).
@@ -362,18 +411,32 @@ async fn sigterm() {
     }
 }
 
-/// The step within `limit`, ended early by SIGTERM.
+/// The step within `limit`, ended early by SIGTERM. An operation step
+/// forwards SIGTERM to its Ptah child and gets the grace Ptah needs to
+/// release its locks before the step is dropped.
 async fn guarded(
     limit: Duration,
+    operation: bool,
     step: impl Future<Output = Result<StepOutput, StepError>>,
 ) -> Result<StepOutput, StepError> {
     let term = sigterm();
-    tokio::select! {
-        r = tokio::time::timeout(limit, step) => r.unwrap_or_else(|_| Err(StepError::Deadline(format!(
+    let step = tokio::time::timeout(limit, step);
+    tokio::pin!(step);
+    let deadline = |_| {
+        Err(StepError::Deadline(format!(
             "the step did not finish within {}s (--timeout / --execution-not-after)",
             limit.as_secs()
-        )))),
-        () = term => Err(StepError::Terminated),
+        )))
+    };
+    tokio::select! {
+        r = &mut step => r.unwrap_or_else(deadline),
+        () = term => {
+            if operation {
+                let grace = super::executor::TERM_GRACE + Duration::from_secs(2);
+                let _ = tokio::time::timeout(grace, &mut step).await;
+            }
+            Err(StepError::Terminated)
+        }
     }
 }
 
@@ -863,7 +926,9 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(30)).await;
             Err(StepError::failed("unreachable"))
         };
-        let err = guarded(Duration::from_millis(50), slow).await.unwrap_err();
+        let err = guarded(Duration::from_millis(50), false, slow)
+            .await
+            .unwrap_err();
         assert!(matches!(err, StepError::Deadline(_)), "{err:?}");
         assert_eq!(err.exit_code(), super::super::EXIT_DEADLINE);
     }
@@ -898,7 +963,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn database_operations_are_not_implemented_yet() {
+    async fn a_database_operation_without_its_url_is_refused_naming_the_variable() {
         use clap::Parser;
         const D: &str = "sha256:3333333333333333333333333333333333333333333333333333333333333333";
         let cli = super::super::cli::Cli::try_parse_from([
@@ -921,9 +986,9 @@ mod tests {
         ])
         .unwrap();
         let finished = run_step(cli.command).await;
-        assert_eq!(finished.exit_code, super::super::EXIT_NOT_IMPLEMENTED);
+        assert_eq!(finished.exit_code, super::super::EXIT_USAGE);
         let summary = finished.document.summary().render();
-        assert!(summary.contains("needs the Ptah executor"), "{summary}");
+        assert!(summary.contains("PTAH_DB_URL is not set"), "{summary}");
     }
 
     #[test]
@@ -1073,7 +1138,16 @@ mod tests {
     }
 
     const PLAN_D: &str = "sha256:3333333333333333333333333333333333333333333333333333333333333333";
-    const PLAN_SQL: &[u8] = b"ALTER TABLE orders ADD COLUMN note text;\n";
+    const PLAN_SQL: &[u8] = br#"{
+  "format_version": 1,
+  "name": "plan_0123456789ab",
+  "dialect": "postgres",
+  "from_fingerprint": "sha256:1111111111111111111111111111111111111111111111111111111111111111",
+  "to_fingerprint": "sha256:2222222222222222222222222222222222222222222222222222222222222222",
+  "destructive": false,
+  "statements": [{"sql": "ALTER TABLE orders ADD COLUMN note text", "severity": "safe", "reason": ""}]
+}
+"#;
 
     fn fetched(bytes: &[u8]) -> FetchedPlan {
         FetchedPlan {
@@ -1213,23 +1287,12 @@ mod tests {
         let (url, ca) = plan_receiver(200, PLAN_SQL.to_vec(), digest.clone()).await;
         let dir = tempfile::tempdir().unwrap();
         let (a, op, target) = apply_args(&url, &ca, dir.path(), &digest);
-        let out = apply_schema(a, op, target).await.unwrap();
+        let out = fetch_schema_plan(&a, op, target).await.unwrap();
         let written = dir.path().join("work").join(PLAN_FILE);
-        match out {
-            StepOutput::PlanFetched {
-                plan,
-                content_digest,
-                file,
-                ..
-            } => {
-                assert_eq!(plan, "orders-0123456789ab");
-                assert_eq!(content_digest, digest);
-                assert_eq!(file.path, written.display().to_string());
-                assert_eq!(file.size, PLAN_SQL.len() as u64);
-                assert_eq!(file.sha256, digest);
-            }
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(out.file.path, written.display().to_string());
+        assert_eq!(out.file.size, PLAN_SQL.len() as u64);
+        assert_eq!(out.file.sha256, digest);
+        assert_eq!(out.statements, 1);
         assert_eq!(std::fs::read(&written).unwrap(), PLAN_SQL);
     }
 
@@ -1240,7 +1303,7 @@ mod tests {
         let (url, ca) = plan_receiver(200, other.clone(), digest.clone()).await;
         let dir = tempfile::tempdir().unwrap();
         let (a, op, target) = apply_args(&url, &ca, dir.path(), &digest);
-        let e = apply_schema(a, op, target).await.unwrap_err();
+        let e = fetch_schema_plan(&a, op, target).await.unwrap_err();
         assert_eq!(rule_of(&e), "planContentDigest");
         assert!(e.to_string().contains(&content_sha256(&other)), "{e}");
         assert!(!dir.path().join("work").join(PLAN_FILE).exists());
@@ -1259,7 +1322,7 @@ mod tests {
         let (url, ca) = plan_receiver(409, answer, digest.clone()).await;
         let dir = tempfile::tempdir().unwrap();
         let (a, op, target) = apply_args(&url, &ca, dir.path(), &digest);
-        let e = apply_schema(a, op, target).await.unwrap_err();
+        let e = fetch_schema_plan(&a, op, target).await.unwrap_err();
         assert_eq!(rule_of(&e), "plan");
         assert!(e.to_string().contains("orders-0123456789ab-001"), "{e}");
     }

@@ -1,0 +1,2 @@
+CREATE TABLE orders (id integer PRIMARY KEY);
+ALTER TABLE orders ADD COLUMN product_id integer;

@@ -1,0 +1,1 @@
+CREATE TABLE products (id integer PRIMARY KEY, sku varchar(64) NOT NULL);

@@ -1,0 +1,1 @@
+CREATE TABLE shipments (id integer PRIMARY KEY);

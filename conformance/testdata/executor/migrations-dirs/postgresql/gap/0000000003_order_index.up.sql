@@ -1,0 +1,2 @@
+-- +ptah no_transaction
+CREATE INDEX products_sku ON products (sku);

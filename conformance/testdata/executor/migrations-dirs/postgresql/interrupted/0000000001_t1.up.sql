@@ -1,0 +1,1 @@
+CREATE TABLE t1 (id integer);

@@ -1,0 +1,2 @@
+DROP TABLE t3;
+DROP TABLE t2;

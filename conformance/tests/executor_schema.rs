@@ -1,0 +1,174 @@
+//! The executor end to end: a PtahSchema from a ConfigMap, on a database of
+//! the test's own on the harness's PostgreSQL and on its MariaDB, driven by
+//! a real manager. Each database operation is a Job whose runner drives the
+//! pinned Ptah CLI and delivers its result to the manager's receiver:
+//!
+//! * Observe reads the drift report (tables added);
+//! * Plan runs two byte-identical plans and dry-runs the bytes; the manager
+//!   publishes the plan (`apply: Always`, nothing destructive: ReadyToApply);
+//! * Apply runs exactly those bytes;
+//! * the proof (Observe and Plan again) finds no change: `InSync`, reason
+//!   `ScopedConverged`, and the table is in the database as its client sees
+//!   it.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::ResourceExt;
+use kube::api::ListParams;
+use serde_json::json;
+
+use conformance::harness::Harness;
+use conformance::testkit::database::{Engine, TestDatabase};
+use conformance::testkit::manager::{Manager, ManagerSpec};
+use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
+use conformance::testkit::wait::Patience;
+use operator::api::condition::{ConditionStatus, Reason, SchemaConditionType, SchemaPhase};
+use operator::api::journal::JournalEntryType;
+use operator::api::schema::PtahSchema;
+
+async fn harness() -> &'static Harness {
+    conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await
+}
+
+/// Six Jobs one after the other, each run by the process kubelet.
+const PATIENCE: Patience = Patience::new(Duration::from_secs(240), Duration::from_millis(250));
+
+const SCHEMA: &str =
+    "CREATE TABLE orders (\n  id bigint PRIMARY KEY,\n  customer varchar(64) NOT NULL\n);\n";
+
+fn target_digest(t: &Option<operator::api::schema::TargetStatus>) -> Option<String> {
+    t.as_ref().and_then(|t| t.identity_digest.clone())
+}
+
+async fn converges(engine: Engine, test: &str) -> anyhow::Result<()> {
+    let ns = TestNamespace::new(
+        harness().await,
+        "executor",
+        test,
+        NamespaceSpec::default()
+            .with_crds()
+            .with_service_account(Duration::from_secs(60)),
+    )
+    .await?;
+    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
+    db.secret(&ns, "db").await?;
+    ns.create::<ConfigMap>(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "schema"},
+        "data": {"schema.sql": SCHEMA},
+    }))
+    .await?;
+    ns.create::<PtahSchema>(json!({
+        "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
+        "metadata": {"name": "orders"},
+        "spec": {
+            "target": {
+                "engine": engine.spec(),
+                "urlFrom": {"name": "db", "key": "url"},
+                "coordinationKey": "orders",
+            },
+            "source": {"configMap": {"name": "schema", "keys": ["schema.sql"]}},
+            "policy": {"apply": "Always"},
+            "execution": {"failureRetryInterval": "5s"},
+        },
+    }))
+    .await?;
+    let manager = Manager::start(&ns, &ManagerSpec::default())?;
+
+    let s = ns
+        .until(&PATIENCE, "orders", "InSync", |s: &PtahSchema| {
+            s.status.as_ref().and_then(|st| st.phase) == Some(SchemaPhase::InSync)
+        })
+        .await
+        .with_context(|| manager.log())?;
+    let st = s.status.as_ref().context("status")?;
+    let in_sync = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == SchemaConditionType::InSync)
+        .context("InSync condition")?;
+    assert_eq!(in_sync.status, ConditionStatus::True);
+    assert_eq!(in_sync.reason, Reason::ScopedConverged);
+    let types: Vec<_> = st.journal.iter().map(|e| e.type_).collect();
+    for want in [
+        JournalEntryType::PlanPublished,
+        JournalEntryType::ApplyFinished,
+        JournalEntryType::Verified,
+    ] {
+        assert!(types.contains(&want), "{want:?} in the journal: {types:?}");
+    }
+    assert!(
+        !types.contains(&JournalEntryType::OperationFailed),
+        "no attempt failed: {:?}",
+        st.journal
+    );
+    let applied = st.applied.as_ref().context("status.applied")?;
+    assert!(applied.plan_name.starts_with("orders-"), "{applied:?}");
+    assert!(applied.target_identity_digest.is_some(), "{applied:?}");
+    assert_eq!(applied.target_identity_digest, target_digest(&st.target));
+
+    // The database, as its own client sees it.
+    assert_eq!(db.tables()?, ["orders"]);
+    let columns = db.columns("orders")?;
+    assert_eq!(columns.len(), 2, "{columns:?}");
+    assert!(columns[0].starts_with("id "), "{columns:?}");
+    assert!(columns[1].starts_with("customer "), "{columns:?}");
+
+    // No credential anywhere the operation left words: the Pods' logs, the
+    // stored results, the status, the manager's log.
+    let password = db.password();
+    assert!(password.len() >= 8, "the harness's passwords are long");
+    let mut texts = vec![("the manager's log".to_string(), manager.log())];
+    texts.push(("status".into(), serde_json::to_string(&s.status)?));
+    for pod in ns.api::<Pod>().list(&ListParams::default()).await? {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let containers = spec
+            .init_containers
+            .unwrap_or_default()
+            .into_iter()
+            .chain(spec.containers);
+        for c in containers {
+            let path = conformance::kubelet::log_path(&ns.harness().kubelet_dir(), &pod, &c.name);
+            texts.push((
+                path.display().to_string(),
+                std::fs::read_to_string(&path).unwrap_or_default(),
+            ));
+        }
+    }
+    for cm in ns.api::<ConfigMap>().list(&ListParams::default()).await? {
+        texts.push((
+            format!("configmap/{}", cm.name_any()),
+            serde_json::to_string(&cm.data)?,
+        ));
+    }
+    let operation_logs = texts
+        .iter()
+        .filter(|(_, t)| t.contains("StepResult"))
+        .count();
+    assert!(
+        operation_logs >= 5,
+        "the operations' logs were read: {operation_logs}"
+    );
+    for (what, text) in &texts {
+        assert!(
+            !text.contains(&password),
+            "the database password is in {what}"
+        );
+    }
+
+    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
+    drop(manager);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_configmap_schema_converges_on_postgresql() -> anyhow::Result<()> {
+    converges(Engine::Postgres, "pg").await
+}
+
+#[tokio::test]
+async fn a_configmap_schema_converges_on_mariadb() -> anyhow::Result<()> {
+    converges(Engine::MariaDb, "maria").await
+}
