@@ -1,5 +1,5 @@
-//! The harness's OCI registries with the real pinned cosign: a schema
-//! artifact shaped as `ptah schema push` shapes it, a keyed cosign signature
+//! The harness's OCI registries with the real pinned Ptah CLI and cosign: a
+//! schema artifact pushed by `ptah schema push`, a keyed cosign signature
 //! of it (cosign v3 stores a sigstore bundle as an OCI 1.1 referrer), and how
 //! the signature is found again: through the referrers tag schema on
 //! distribution v3, which has no referrers API, and through the OCI 1.1
@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use conformance::testkit::oci::{
-    self, Artifact, EMPTY_CONFIG_TYPE, Key, OCI_MANIFEST, Registry, random_hex, run_ok, sha256,
-    sign_command, verify_command,
+    self, ARTIFACT_SOURCE, EMPTY_CONFIG_TYPE, Key, OCI_MANIFEST, Registry, random_hex, run_ok,
+    sha256, sign_command, verify_command,
 };
 use conformance::testkit::unique;
 use oci_client::client::{ClientConfig, ClientProtocol};
@@ -40,7 +40,7 @@ fn client() -> Client {
     })
 }
 
-/// The Ptah version `ptah schema push` would stamp: the pinned one.
+/// The Ptah version `ptah schema push` stamps: the pinned one.
 fn pinned_ptah_version() -> String {
     let pins = conformance::tools::workspace_root().join("conformance/tools/pins.env");
     std::fs::read_to_string(pins)
@@ -52,47 +52,13 @@ fn pinned_ptah_version() -> String {
         .to_string()
 }
 
-/// Pushes `schema.hcl` as the Ptah CLI's schema artifact: an OCI 1.1 image
-/// manifest with `artifactType`, the empty config (inline, as oras-go packs
-/// it), one titled layer, and the CLI's annotations. Returns the manifest
+/// `ptah schema push` of `schema.hcl` to `reference`; returns the manifest
 /// digest.
-async fn push_schema_artifact(client: &Client, reference: &Reference, schema: &[u8]) -> String {
-    let artifact = Artifact::new(
-        SCHEMA_ARTIFACT_TYPE,
-        SCHEMA_LAYER_TYPE,
-        "schema.hcl",
-        schema,
-    )
-    .annotation("io.stokaro.ptah.schema-format", "hcl")
-    .annotation("io.stokaro.ptah.version", pinned_ptah_version())
-    .created_now();
-    push(client, reference, &artifact)
+async fn push_schema_artifact(reference: &Reference, schema: &[u8]) -> String {
+    oci::push_schema(&reference.whole(), schema)
         .await
-        .expect("push the schema artifact")
-}
-
-/// Pushes an artifact's blobs and manifest with the OCI client; answers the
-/// manifest digest.
-async fn push(
-    client: &Client,
-    reference: &Reference,
-    artifact: &Artifact<'_>,
-) -> anyhow::Result<String> {
-    let packed = artifact.pack()?;
-    client
-        .store_auth_if_needed(reference.resolve_registry(), &RegistryAuth::Anonymous)
-        .await;
-    for (blob, digest) in packed.blobs {
-        client.push_blob(reference, blob, &digest).await?;
-    }
-    client
-        .push_manifest_raw(
-            reference,
-            packed.manifest,
-            http::HeaderValue::from_static(OCI_MANIFEST),
-        )
-        .await?;
-    Ok(packed.digest)
+        .expect("ptah schema push")
+        .digest
 }
 
 /// Makes a cosign key pair in `dir` with a random password.
@@ -155,12 +121,14 @@ async fn a_keyed_cosign_signature_of_a_schema_artifact_is_found_as_a_referrer_an
     let tagged: Reference = format!("{}/{repository}:v1", reg.host).parse().unwrap();
     let schema =
         b"schema \"public\" {}\ntable \"public\" \"t\" {\n  column \"id\" { type = bigint }\n}\n";
-    let digest = push_schema_artifact(&client, &tagged, schema).await;
+    let digest = push_schema_artifact(&tagged, schema).await;
     let pinned: Reference = format!("{}/{repository}@{digest}", reg.host)
         .parse()
         .unwrap();
 
-    // The artifact reads back as the CLI shapes it.
+    // The artifact reads back as the CLI shapes it: OCI 1.1 with
+    // artifactType, the empty config, one `schema.hcl` layer, the kind,
+    // format and provenance annotations.
     let (manifest, _) = client
         .pull_manifest(&pinned, &RegistryAuth::Anonymous)
         .await
@@ -175,6 +143,33 @@ async fn a_keyed_cosign_signature_of_a_schema_artifact_is_found_as_a_referrer_an
     assert_eq!(manifest.config.media_type, EMPTY_CONFIG_TYPE);
     assert_eq!(manifest.layers.len(), 1);
     assert_eq!(manifest.layers[0].media_type, SCHEMA_LAYER_TYPE);
+    assert_eq!(
+        manifest.layers[0]
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("org.opencontainers.image.title"))
+            .map(String::as_str),
+        Some("schema.hcl")
+    );
+    let annotations = manifest.annotations.clone().unwrap_or_default();
+    let annotation = |k: &str| annotations.get(k).map(String::as_str);
+    assert_eq!(
+        annotation("io.stokaro.ptah.kind"),
+        Some(SCHEMA_ARTIFACT_TYPE)
+    );
+    assert_eq!(annotation("io.stokaro.ptah.schema-format"), Some("hcl"));
+    assert_eq!(
+        annotation("io.stokaro.ptah.version"),
+        Some(pinned_ptah_version().as_str())
+    );
+    assert_eq!(
+        annotation("org.opencontainers.image.source"),
+        Some(ARTIFACT_SOURCE)
+    );
+    assert!(
+        annotation("org.opencontainers.image.created").is_some(),
+        "{annotations:?}"
+    );
 
     // Sign with the pinned cosign.
     let work = tempfile::tempdir().unwrap();
@@ -347,7 +342,7 @@ async fn the_referrers_registry_lists_a_cosign_signature_by_artifact_type_and_it
     let client = client();
     let repository = format!("ptah-conformance/{}", unique("referrers"));
     let tagged: Reference = format!("{host}/{repository}:v1").parse().unwrap();
-    let digest = push_schema_artifact(&client, &tagged, b"schema \"public\" {}\n").await;
+    let digest = push_schema_artifact(&tagged, b"schema \"public\" {}\n").await;
     let pinned = format!("{host}/{repository}@{digest}");
     let manifest_url = |digest: &str| format!("http://{host}/v2/{repository}/manifests/{digest}");
     let (status, _, artifact) = get_json(&manifest_url(&digest), OCI_MANIFEST);

@@ -44,7 +44,7 @@ use conformance::harness::{EXECUTOR_IMAGE_PINNED, Harness, OPERATOR_IMAGE_PINNED
 use conformance::testkit::job::{pod_spec, secret_names};
 use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
 use conformance::testkit::oci::{
-    key_pair, key_policy, push_artifact, push_schema, run_ok, sha256, sign_command,
+    key_pair, key_policy, pull_schema, push_foreign_type, push_schema, run_ok, sha256, sign_command,
 };
 use conformance::testkit::wait::Patience;
 use operator::api::common::ConfigMapKeyRef;
@@ -536,7 +536,11 @@ async fn an_oci_fetch_init_container_fetches_the_artifact_by_digest_and_refuses_
         .context("PTAH_REGISTRY")?;
     let repository = format!("ptah-conformance/runner-{}", scope.ns);
     let schema = b"table \"orders\" { schema = schema.public }\n";
-    let digest = push_schema(&format!("{host}/{repository}:v1"), schema).await?;
+    let pushed = push_schema(&format!("{host}/{repository}:v1"), schema).await?;
+    let digest = pushed.digest.clone();
+    // The CLI stores its canonical rendering: what the init container
+    // copies is what `ptah schema pull` reads back.
+    let canonical = pull_schema(&pushed.pinned).await?;
 
     let input = scope.input(
         OperationType::Observe,
@@ -556,17 +560,18 @@ async fn an_oci_fetch_init_container_fetches_the_artifact_by_digest_and_refuses_
     let shown = scope.read_log(&pod, OPERATION_CONTAINER)?;
     assert_eq!(
         shown,
-        format!("== ./schema.hcl\n{}", String::from_utf8_lossy(schema))
+        format!("== ./schema.hcl\n{}", String::from_utf8_lossy(&canonical))
     );
 
     // An artifact of another type under a digest: refused before the
     // operation container starts, the rule named.
-    let other = push_artifact(
+    let other = push_foreign_type(
         &format!("{host}/{repository}:other"),
         "application/vnd.example.not-ptah.v1",
-        schema,
+        &canonical,
     )
-    .await?;
+    .await?
+    .digest;
     let input = scope.input(
         OperationType::Observe,
         Kind::Oci,
@@ -599,7 +604,8 @@ async fn a_resolve_job_answers_the_digest_of_an_oci_tag() -> anyhow::Result<()> 
         &format!("{host}/{repository}:v1"),
         b"schema \"public\" {}\n",
     )
-    .await?;
+    .await?
+    .digest;
 
     let input = scope.input(
         OperationType::Resolve,
@@ -716,7 +722,8 @@ async fn a_verify_job_accepts_the_signers_key_and_refuses_another_naming_the_rul
         &format!("{host}/{repository}:v1"),
         b"schema \"public\" {}\n",
     )
-    .await?;
+    .await?
+    .digest;
 
     // A keyed legacy `.sig` signature by the real cosign, offline.
     let work = tempfile::tempdir()?;

@@ -723,7 +723,8 @@ async fn oci_source_is_resolved_verified_and_a_replaced_policy_is_read_at_once()
         &format!("{}/{repository}:v1", registry.host),
         b"table \"orders\" { schema = schema.public }\n",
     )
-    .await?;
+    .await?
+    .digest;
     let work = tempfile::tempdir()?;
     let signer = key_pair(&registry.cosign, &work.path().join("signer"), "pw")?;
     let other = key_pair(&registry.cosign, &work.path().join("other"), "pw")?;

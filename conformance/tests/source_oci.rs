@@ -1,6 +1,7 @@
-//! OCI sources against the harness's real registries, with signatures made
-//! by the real pinned cosign, offline: Resolve (tag to digest, a moved tag),
-//! the artifact type check, and the sigstore verification policy — keyed
+//! OCI sources against the harness's real registries, with artifacts pushed
+//! by the real pinned Ptah CLI and signatures made by the real pinned
+//! cosign, offline: Resolve (tag to digest, a moved tag), the artifact type
+//! check, and the sigstore verification policy — keyed
 //! legacy `.sig` signatures, sigstore bundles found as referrers, keyless
 //! signatures under a test trusted root (a test CA issuing Fulcio-style
 //! certificates), regex identities, the transparency-log requirement — and
@@ -11,15 +12,16 @@ use std::process::{Command, Output};
 
 use base64::Engine;
 use conformance::testkit::oci::{
-    self, Artifact, Declared, Key, OCI_MANIFEST, Registry, random_hex, sha256, sign_command,
+    self, Key, Registry, pull_schema, push_config_typed, push_migrations, random_hex, sha256,
+    sign_command,
 };
 use conformance::testkit::unique;
+use oci_client::Client;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 use supplychain::oci::{
-    ArtifactKind, Credentials, Limits, MIGRATIONS_ARTIFACT_TYPE, OciError, OciReference, OciSource,
-    SCHEMA_ARTIFACT_TYPE, SCHEMA_LAYER_TYPE, Transport,
+    ArtifactKind, Credentials, Limits, MIGRATION_FILE_LAYER_TYPE, MIGRATIONS_ARTIFACT_TYPE,
+    OciError, OciReference, OciSource, SCHEMA_ARTIFACT_TYPE, Transport,
 };
 use supplychain::verification::{
     API_VERSION, CompiledPolicy, KIND, Refusal, SignatureFormat, Signer, VerifiedEvidence, verify,
@@ -43,56 +45,13 @@ fn client() -> Client {
     })
 }
 
-/// Pushes one file as a Ptah-shaped artifact (`ptah schema push` shape) of
-/// `artifact_type` under `tag`; returns the manifest digest.
-async fn push_artifact(
-    tagged: &str,
-    artifact_type: &str,
-    layer_type: &str,
-    title: &str,
-    content: &[u8],
-    declared: Declared,
-) -> String {
-    let artifact = Artifact::new(artifact_type, layer_type, title, content)
-        .declared(declared)
-        .annotation(
-            "org.opencontainers.image.source",
-            "https://git.example/acme/schemas",
-        )
-        .created_now();
-    let packed = artifact.pack().unwrap();
-    let client = client();
-    let reference: Reference = tagged.parse().unwrap();
-    client
-        .store_auth_if_needed(reference.resolve_registry(), &RegistryAuth::Anonymous)
-        .await;
-    for (blob, digest) in packed.blobs {
-        client
-            .push_blob(&reference, blob, &digest)
-            .await
-            .expect("push a blob");
-    }
-    client
-        .push_manifest_raw(
-            &reference,
-            packed.manifest,
-            http::HeaderValue::from_static(OCI_MANIFEST),
-        )
-        .await
-        .expect("push the manifest");
-    packed.digest
-}
-
+/// `ptah schema push` of `schema` to `host/repository:tag`; returns the
+/// manifest digest.
 async fn push_schema(host: &str, repository: &str, tag: &str, schema: &[u8]) -> String {
-    push_artifact(
-        &format!("{host}/{repository}:{tag}"),
-        SCHEMA_ARTIFACT_TYPE,
-        SCHEMA_LAYER_TYPE,
-        "schema.hcl",
-        schema,
-        Declared::ArtifactType,
-    )
-    .await
+    oci::push_schema(&format!("{host}/{repository}:{tag}"), schema)
+        .await
+        .expect("ptah schema push")
+        .digest
 }
 
 fn source(host: &str, repository: &str, tag_or_digest: &str) -> OciSource {
@@ -214,9 +173,26 @@ async fn a_tag_resolves_to_its_digest_and_a_moved_tag_to_the_new_one() {
         format!("oci://{}/{repository}@{digest}", reg.host)
     );
     assert_eq!(resolution.artifact_type, SCHEMA_ARTIFACT_TYPE);
+    // The CLI stores its canonical rendering of the schema: the layer is
+    // what `ptah schema pull` reads back, not the pushed file byte for byte.
+    let canonical = pull_schema(&format!("{}/{repository}@{digest}", reg.host))
+        .await
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&canonical).contains("schema \"public\""),
+        "{}",
+        String::from_utf8_lossy(&canonical)
+    );
     assert_eq!(resolution.layers.len(), 1);
-    assert_eq!(resolution.layers[0].digest, sha256(first));
+    assert_eq!(resolution.layers[0].digest, sha256(&canonical));
     assert_eq!(resolution.layers[0].title, "schema.hcl");
+    assert_eq!(
+        resolution
+            .annotations
+            .get("io.stokaro.ptah.kind")
+            .map(String::as_str),
+        Some(SCHEMA_ARTIFACT_TYPE)
+    );
     // The typed result document round-trips.
     let json = serde_json::to_string(&resolution).unwrap();
     assert_eq!(
@@ -226,7 +202,7 @@ async fn a_tag_resolves_to_its_digest_and_a_moved_tag_to_the_new_one() {
 
     // Fetch by digest: the bytes, their digest checked.
     let layers = src.fetch(&digest, ArtifactKind::Schema).await.unwrap();
-    assert_eq!(layers[0].bytes, first);
+    assert_eq!(layers[0].bytes, canonical);
 
     // The tag moves: the next Resolve answers the new digest, the old one
     // still fetches by digest.
@@ -239,7 +215,7 @@ async fn a_tag_resolves_to_its_digest_and_a_moved_tag_to_the_new_one() {
     );
     assert_eq!(
         src.fetch(&digest, ArtifactKind::Schema).await.unwrap()[0].bytes,
-        first
+        canonical
     );
 
     // A reference pinned by digest resolves to itself.
@@ -341,10 +317,12 @@ async fn a_wrong_artifact_type_is_refused() {
     let refusal = refused(&src, &digest, &migrations_only).await;
     assert_eq!(refusal.rule, "artifactTypes", "{refusal}");
 
-    // A required annotation the artifact lacks: refused, the annotation named.
+    // A required annotation the artifact lacks: refused, the annotation
+    // named. The CLI stamps its build run only from `PTAH_OCI_BUILD_RUN` or
+    // `GITHUB_RUN_ID`, which the test kit clears.
     let annotated = CompiledPolicy::parse(
         format!(
-            "apiVersion: {API_VERSION}\nkind: {KIND}\nrequiredAnnotations: [org.opencontainers.image.revision]\n"
+            "apiVersion: {API_VERSION}\nkind: {KIND}\nrequiredAnnotations: [io.stokaro.ptah.build-run]\n"
         )
         .as_bytes(),
     )
@@ -352,20 +330,21 @@ async fn a_wrong_artifact_type_is_refused() {
     let refusal = refused(&src, &digest, &annotated).await;
     assert_eq!(
         refusal.rule,
-        "requiredAnnotations[org.opencontainers.image.revision]"
+        "requiredAnnotations[io.stokaro.ptah.build-run]"
     );
     // An artifact typed by its config media type (older oras, flux push):
     // a migration directory resolves as one, and never as a schema.
     let repository = format!("ptah-conformance/{}", unique("config-typed"));
-    let migrations = push_artifact(
+    let migrations = push_config_typed(
         &format!("{}/{repository}:v1", reg.host),
         MIGRATIONS_ARTIFACT_TYPE,
-        supplychain::oci::MIGRATION_FILE_LAYER_TYPE,
+        MIGRATION_FILE_LAYER_TYPE,
         "0001_init.up.sql",
         b"create table t (id bigint);\n",
-        Declared::ConfigMediaType,
     )
-    .await;
+    .await
+    .unwrap()
+    .digest;
     let typed = source(&reg.host, &repository, "v1");
     let resolution = typed.resolve(ArtifactKind::Migrations).await.unwrap();
     assert_eq!(resolution.digest, migrations);
@@ -381,6 +360,78 @@ async fn a_wrong_artifact_type_is_refused() {
     let evidence = verified(&src, &digest, &open).await;
     assert!(evidence.signatures.is_empty());
     assert_eq!(evidence.artifact_digest, digest);
+}
+
+/// A migration directory pushed by `ptah migrations push`: one layer per
+/// file, titled with its relative path, and the CLI's annotations. It
+/// resolves and fetches as migrations, and never as a schema.
+#[tokio::test]
+async fn a_migration_directory_pushed_by_ptah_resolves_as_migrations_and_never_as_a_schema() {
+    let reg = registry().await;
+    let repository = format!("ptah-conformance/{}", unique("migrations"));
+    let up: &[u8] = b"CREATE TABLE t (id bigint);\n";
+    let down: &[u8] = b"DROP TABLE t;\n";
+    let pushed = push_migrations(
+        &format!("{}/{repository}:v1", reg.host),
+        &[("0001_init.up.sql", up), ("0001_init.down.sql", down)],
+    )
+    .await
+    .unwrap();
+    let src = source(&reg.host, &repository, "v1");
+
+    let resolution = src.resolve(ArtifactKind::Migrations).await.unwrap();
+    assert_eq!(resolution.digest, pushed.digest);
+    assert_eq!(resolution.artifact_type, MIGRATIONS_ARTIFACT_TYPE);
+    let titles: Vec<&str> = resolution.layers.iter().map(|l| l.title.as_str()).collect();
+    assert_eq!(titles, ["0001_init.down.sql", "0001_init.up.sql"]);
+    assert!(
+        resolution
+            .layers
+            .iter()
+            .all(|l| l.media_type == MIGRATION_FILE_LAYER_TYPE),
+        "{:?}",
+        resolution.layers
+    );
+    let annotation = |k: &str| resolution.annotations.get(k).map(String::as_str);
+    assert_eq!(
+        annotation("io.stokaro.ptah.kind"),
+        Some(MIGRATIONS_ARTIFACT_TYPE)
+    );
+    assert_eq!(annotation("io.stokaro.ptah.migration-format"), Some("auto"));
+    assert_eq!(
+        annotation("org.opencontainers.image.source"),
+        Some(oci::ARTIFACT_SOURCE)
+    );
+
+    // The files are stored byte for byte.
+    let layers = src
+        .fetch(&pushed.digest, ArtifactKind::Migrations)
+        .await
+        .unwrap();
+    let files: Vec<(&str, &[u8])> = layers
+        .iter()
+        .map(|l| (l.layer.title.as_str(), l.bytes.as_slice()))
+        .collect();
+    assert_eq!(
+        files,
+        [("0001_init.down.sql", down), ("0001_init.up.sql", up)]
+    );
+
+    // Never a schema.
+    let err = src
+        .resolve(ArtifactKind::Schema)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(MIGRATIONS_ARTIFACT_TYPE) && err.contains(SCHEMA_ARTIFACT_TYPE),
+        "{err}"
+    );
+    let err = src
+        .fetch(&pushed.digest, ArtifactKind::Schema)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, OciError::ArtifactType { .. }), "{err}");
 }
 
 #[tokio::test]

@@ -1,8 +1,13 @@
 //! OCI artifacts and cosign signatures as the tests make them: the harness's
-//! registries, the Ptah-shaped artifact (`ptah schema push`'s manifest), and
-//! cosign run offline with a private HOME. The push itself stays with the
-//! tests' OCI client; what is shared is the shape of what they push and how
-//! they sign it, so every test pushes and signs the same thing.
+//! registries, Ptah's own artifacts pushed by the pinned Ptah CLI (`ptah
+//! schema push`, `ptah migrations push`), and cosign run offline with a
+//! private HOME. Both tools run with a private HOME and Docker config and a
+//! cleared environment, so nothing of the user's (credentials, a `PTAH_*`
+//! flag variable, CI provenance) leaks in and nothing is left behind.
+//!
+//! Two artifacts the CLI cannot make on purpose are pushed with oci-client
+//! instead, each by a narrowly named helper that says why:
+//! [`push_foreign_type`] and [`push_config_typed`].
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -65,128 +70,107 @@ pub fn random_hex() -> String {
     hex::encode(bytes)
 }
 
-/// How an artifact declares its type.
+/// How an oci-client artifact declares its type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Declared {
-    /// OCI 1.1 `artifactType`, empty config (`ptah ... push`, oras-go).
+enum Declared {
+    /// OCI 1.1 `artifactType`, empty config, the kind annotation (the shape
+    /// of the Ptah CLI).
     ArtifactType,
-    /// The config media type, no `artifactType` (older oras, flux push).
+    /// The config media type, no `artifactType` and no Ptah annotation
+    /// (older oras, `flux push artifact`).
     ConfigMediaType,
 }
 
-/// One file as a Ptah-shaped artifact: an OCI 1.1 image manifest with the
-/// empty config (inline), one titled layer, and the Ptah kind annotation.
-/// The manifest is written as JSON because the typed manifest of oci-client
-/// has no `data` field.
-#[derive(Debug, Clone)]
-pub struct Artifact<'a> {
-    pub artifact_type: &'a str,
-    pub layer_type: &'a str,
+/// One file as an artifact with one titled layer, for the helpers that push
+/// what the Ptah CLI cannot make. The manifest is written as JSON because
+/// the typed manifest of oci-client has no `data` field.
+struct Foreign<'a> {
+    artifact_type: &'a str,
+    layer_type: &'a str,
     /// The layer's `org.opencontainers.image.title` (its file name).
-    pub title: &'a str,
-    pub content: &'a [u8],
-    pub declared: Declared,
-    /// Manifest annotations besides `io.stokaro.ptah.kind`.
-    pub annotations: Map<String, Value>,
+    title: &'a str,
+    content: &'a [u8],
+    declared: Declared,
 }
 
-/// What to push for an [`Artifact`]: the blobs with their digests, then the
-/// manifest, whose digest is the artifact's.
-#[derive(Debug, Clone)]
-pub struct Packed {
-    /// (bytes, digest): the empty config, then the layer.
-    pub blobs: Vec<(Vec<u8>, String)>,
-    /// The manifest, pushed as [`OCI_MANIFEST`].
-    pub manifest: Vec<u8>,
-    /// The manifest's digest.
-    pub digest: String,
-}
-
-impl<'a> Artifact<'a> {
-    /// `content` as an artifact of `artifact_type` with one `layer_type`
-    /// layer titled `title`, declared by `artifactType`.
-    pub fn new(
-        artifact_type: &'a str,
-        layer_type: &'a str,
-        title: &'a str,
-        content: &'a [u8],
-    ) -> Self {
-        Artifact {
-            artifact_type,
-            layer_type,
-            title,
-            content,
-            declared: Declared::ArtifactType,
-            annotations: Map::new(),
-        }
-    }
-
-    /// Declares the type as `declared` says.
-    pub fn declared(mut self, declared: Declared) -> Self {
-        self.declared = declared;
-        self
-    }
-
-    /// Adds a manifest annotation.
-    pub fn annotation(mut self, key: &str, value: impl Into<String>) -> Self {
-        self.annotations
-            .insert(key.to_owned(), Value::String(value.into()));
-        self
-    }
-
-    /// Adds `org.opencontainers.image.created` as now, as the CLI stamps it.
-    pub fn created_now(self) -> Self {
-        self.annotation(
-            "org.opencontainers.image.created",
-            jiff::Timestamp::now().to_string(),
-        )
-    }
-
-    /// The blobs and the manifest to push.
-    pub fn pack(&self) -> anyhow::Result<Packed> {
+impl Foreign<'_> {
+    /// The manifest, which names the config `{}` and the layer.
+    fn manifest(&self) -> anyhow::Result<Vec<u8>> {
         let config = b"{}";
         let config_digest = sha256(config);
         let layer_digest = sha256(self.content);
-        let mut annotations = self.annotations.clone();
-        annotations.insert("io.stokaro.ptah.kind".into(), json!(self.artifact_type));
+        let mut annotations = Map::new();
+        annotations.insert(
+            "org.opencontainers.image.source".into(),
+            json!(ARTIFACT_SOURCE),
+        );
+        annotations.insert(
+            "org.opencontainers.image.created".into(),
+            json!(jiff::Timestamp::now().to_string()),
+        );
+        let config_descriptor = match self.declared {
+            Declared::ArtifactType => {
+                annotations.insert("io.stokaro.ptah.kind".into(), json!(self.artifact_type));
+                json!({
+                    "mediaType": EMPTY_CONFIG_TYPE, "digest": config_digest,
+                    "size": config.len(), "data": "e30=",
+                })
+            }
+            Declared::ConfigMediaType => json!({
+                "mediaType": self.artifact_type, "digest": config_digest, "size": config.len(),
+            }),
+        };
         let mut manifest = json!({
             "schemaVersion": 2,
             "mediaType": OCI_MANIFEST,
-            "artifactType": self.artifact_type,
-            "config": {
-                "mediaType": EMPTY_CONFIG_TYPE,
-                "digest": config_digest,
-                "size": config.len(),
-                "data": "e30=",
-            },
+            "config": config_descriptor,
             "layers": [{
                 "mediaType": self.layer_type,
                 "digest": layer_digest,
                 "size": self.content.len(),
                 "annotations": {"org.opencontainers.image.title": self.title},
             }],
-            "annotations": annotations,
+            "annotations": Value::Object(annotations),
         });
-        if self.declared == Declared::ConfigMediaType {
-            if let Some(m) = manifest.as_object_mut() {
-                m.remove("artifactType");
-            }
-            manifest["config"] = json!({
-                "mediaType": self.artifact_type, "digest": config_digest, "size": config.len(),
-            });
+        if self.declared == Declared::ArtifactType {
+            manifest["artifactType"] = json!(self.artifact_type);
         }
-        let manifest = serde_json::to_vec(&manifest)?;
-        Ok(Packed {
-            blobs: vec![
-                (config.to_vec(), config_digest),
-                (self.content.to_vec(), layer_digest),
-            ],
-            digest: sha256(&manifest),
-            manifest,
-        })
+        Ok(serde_json::to_vec(&manifest)?)
+    }
+
+    /// Pushes the blobs and the manifest over plain HTTP to `tagged`
+    /// (`host:port/repository:tag`).
+    async fn push(&self, tagged: &str) -> anyhow::Result<Pushed> {
+        use oci_client::client::{Client, ClientConfig, ClientProtocol};
+        let manifest = self.manifest()?;
+        let client = Client::new(ClientConfig {
+            protocol: ClientProtocol::Http,
+            platform_resolver: None,
+            ..Default::default()
+        });
+        let reference: oci_client::Reference = tagged.parse()?;
+        client
+            .store_auth_if_needed(
+                reference.resolve_registry(),
+                &oci_client::secrets::RegistryAuth::Anonymous,
+            )
+            .await;
+        for blob in [b"{}".as_slice(), self.content] {
+            client
+                .push_blob(&reference, blob.to_vec(), &sha256(blob))
+                .await?;
+        }
+        let digest = sha256(&manifest);
+        client
+            .push_manifest_raw(
+                &reference,
+                manifest,
+                http::HeaderValue::from_static(OCI_MANIFEST),
+            )
+            .await?;
+        Pushed::new(tagged, digest)
     }
 }
-
 /// cosign with a private HOME and Docker config, so nothing of the user's
 /// leaks in and nothing is left behind.
 pub fn cosign(bin: &Path, home: &Path) -> Command {
@@ -287,56 +271,242 @@ pub fn verify_command(cosign_bin: &Path, work: &Path, public: &Path, reference: 
     cmd
 }
 
-/// Pushes one file over plain HTTP as an artifact of `artifact_type`, in the
-/// shape of `ptah schema push` (one layer titled `schema.hcl`); answers the
-/// manifest digest.
-pub async fn push_artifact(
+/// The `org.opencontainers.image.source` every pushed artifact carries (the
+/// CLI's `PTAH_OCI_SOURCE`), so a policy can require it.
+pub const ARTIFACT_SOURCE: &str = "https://git.example/acme/schemas";
+
+/// An artifact in a registry, as its push answered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pushed {
+    /// The manifest digest, `sha256:<hex>`.
+    pub digest: String,
+    /// `host:port/repository@<digest>`: the form cosign signs.
+    pub pinned: String,
+}
+
+impl Pushed {
+    /// The push to `tagged` (`host:port/repository:tag`) answered `digest`.
+    fn new(tagged: &str, digest: String) -> anyhow::Result<Pushed> {
+        let hex = digest.strip_prefix("sha256:").unwrap_or_default();
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            bail!("the push of {tagged} answered {digest:?}, not a sha256 digest");
+        }
+        let tagged = tagged.strip_prefix("oci://").unwrap_or(tagged);
+        let last_slash = tagged.rfind('/').map_or(0, |i| i + 1);
+        let repository = match tagged[last_slash..].rfind(':') {
+            Some(i) => &tagged[..last_slash + i],
+            None => tagged,
+        };
+        Ok(Pushed {
+            pinned: format!("{repository}@{digest}"),
+            digest,
+        })
+    }
+
+    /// `oci://host:port/repository@<digest>`, as `spec.source.oci` and the
+    /// CLI name it.
+    pub fn url(&self) -> String {
+        format!("oci://{}", self.pinned)
+    }
+}
+
+/// A directory removed when dropped: the private HOME of one CLI run and
+/// the files it pushes.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> anyhow::Result<Scratch> {
+        let dir = std::env::temp_dir().join(super::unique("ptah-oci"));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the pinned Ptah CLI with `args`, plain HTTP to the loopback
+/// registry, in a cleared environment: HOME and the Docker config in
+/// `scratch` (no credentials: the harness registries are anonymous), the
+/// provenance source [`ARTIFACT_SOURCE`], and no `PTAH_*` variable of the
+/// caller's (the CLI reads every flag from one: a `PTAH_VERSION`, the pin's
+/// name in pins.env, would become a write-once `--version` tag), nor CI
+/// provenance (`GITHUB_*`). Answers stdout.
+async fn ptah(scratch: &Scratch, args: &[&std::ffi::OsStr]) -> anyhow::Result<String> {
+    let bin = crate::tools::tool("ptah")?;
+    let mut cmd = tokio::process::Command::new(&bin);
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &scratch.0)
+        .env("DOCKER_CONFIG", scratch.0.join("docker"))
+        .env("PTAH_OCI_SOURCE", ARTIFACT_SOURCE)
+        .args(args)
+        .arg("--plain-http")
+        .current_dir(&scratch.0)
+        .kill_on_drop(true);
+    let shown = args
+        .iter()
+        .take(2)
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = cmd
+        .output()
+        .await
+        .with_context(|| format!("running ptah {shown}"))?;
+    if !out.status.success() {
+        bail!(
+            "ptah {shown}: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The `Digest:` line a `ptah ... push` printed.
+fn printed_digest(stdout: &str) -> anyhow::Result<String> {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Digest: "))
+        .map(|d| d.trim().to_owned())
+        .with_context(|| format!("no Digest: line in the push's output: {stdout}"))
+}
+
+/// `oci://` before `tagged` unless it is there.
+fn oci_url(tagged: &str) -> String {
+    if tagged.starts_with("oci://") {
+        tagged.to_owned()
+    } else {
+        format!("oci://{tagged}")
+    }
+}
+
+/// `ptah schema push` of `schema` (Atlas HCL) to `tagged`
+/// (`host:port/repository:tag`, plain HTTP): the CLI parses it and stores
+/// its canonical rendering as the one `schema.hcl` layer, so the layer is
+/// not `schema` byte for byte ([`pull_schema`] reads it back). Only the
+/// named tag is written. Answers the manifest digest the CLI printed.
+pub async fn push_schema(tagged: &str, schema: &[u8]) -> anyhow::Result<Pushed> {
+    let scratch = Scratch::new()?;
+    let file = scratch.0.join("schema.hcl");
+    std::fs::write(&file, schema)?;
+    let url = oci_url(tagged);
+    let out = ptah(
+        &scratch,
+        &[
+            "schema".as_ref(),
+            "push".as_ref(),
+            url.as_ref(),
+            "--schema-file".as_ref(),
+            file.as_os_str(),
+        ],
+    )
+    .await?;
+    Pushed::new(tagged, printed_digest(&out)?)
+}
+
+/// `ptah schema pull` of `pinned` (`host:port/repository@<digest>`): the
+/// canonical `schema.hcl` as the CLI validates and reads it.
+pub async fn pull_schema(pinned: &str) -> anyhow::Result<Vec<u8>> {
+    let scratch = Scratch::new()?;
+    let file = scratch.0.join("pulled").join("schema.hcl");
+    let url = oci_url(pinned);
+    ptah(
+        &scratch,
+        &[
+            "schema".as_ref(),
+            "pull".as_ref(),
+            url.as_ref(),
+            "--out".as_ref(),
+            file.as_os_str(),
+        ],
+    )
+    .await?;
+    Ok(std::fs::read(&file)?)
+}
+
+/// `ptah migrations push` of the directory `dir` to `tagged`
+/// (`host:port/repository:tag`, plain HTTP): one layer per migration file,
+/// titled with its relative path, the format detected (`auto`). Only the
+/// named tag is written. Answers the manifest digest the CLI printed.
+pub async fn push_migrations_dir(tagged: &str, dir: &Path) -> anyhow::Result<Pushed> {
+    let scratch = Scratch::new()?;
+    let url = oci_url(tagged);
+    let out = ptah(
+        &scratch,
+        &[
+            "migrations".as_ref(),
+            "push".as_ref(),
+            url.as_ref(),
+            "--migrations-dir".as_ref(),
+            dir.as_os_str(),
+        ],
+    )
+    .await?;
+    Pushed::new(tagged, printed_digest(&out)?)
+}
+
+/// [`push_migrations_dir`] of a directory holding `files` (relative path,
+/// content), e.g. `("0001_init.up.sql", b"create table ...")`.
+pub async fn push_migrations(tagged: &str, files: &[(&str, &[u8])]) -> anyhow::Result<Pushed> {
+    let scratch = Scratch::new()?;
+    let dir = scratch.0.join("migrations");
+    for (path, content) in files {
+        let file = dir.join(path);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&file, content)?;
+    }
+    push_migrations_dir(tagged, &dir).await
+}
+
+/// Pushes, with oci-client, `schema` in the shape of `ptah schema push` (the
+/// empty config, one `schema.hcl` layer of the schema layer type, the kind
+/// annotation) but declaring `artifact_type`. The CLI always stamps its own
+/// type, and a test of the artifact type check needs an artifact of another
+/// one that is otherwise Ptah's.
+pub async fn push_foreign_type(
     tagged: &str,
     artifact_type: &str,
     schema: &[u8],
-) -> anyhow::Result<String> {
-    use oci_client::client::{Client, ClientConfig, ClientProtocol};
-    let packed = Artifact::new(
+) -> anyhow::Result<Pushed> {
+    Foreign {
         artifact_type,
-        supplychain::oci::SCHEMA_LAYER_TYPE,
-        "schema.hcl",
-        schema,
-    )
-    .annotation(
-        "org.opencontainers.image.source",
-        "https://git.example/acme/schemas",
-    )
-    .pack()?;
-    let client = Client::new(ClientConfig {
-        protocol: ClientProtocol::Http,
-        platform_resolver: None,
-        ..Default::default()
-    });
-    let reference: oci_client::Reference = tagged.parse()?;
-    client
-        .store_auth_if_needed(
-            reference.resolve_registry(),
-            &oci_client::secrets::RegistryAuth::Anonymous,
-        )
-        .await;
-    for (blob, digest) in packed.blobs {
-        client.push_blob(&reference, blob, &digest).await?;
+        layer_type: supplychain::oci::SCHEMA_LAYER_TYPE,
+        title: "schema.hcl",
+        content: schema,
+        declared: Declared::ArtifactType,
     }
-    client
-        .push_manifest_raw(
-            &reference,
-            packed.manifest,
-            http::HeaderValue::from_static(OCI_MANIFEST),
-        )
-        .await?;
-    Ok(packed.digest)
+    .push(tagged)
+    .await
 }
 
-/// Pushes a schema artifact; answers the manifest digest.
-pub async fn push_schema(tagged: &str, schema: &[u8]) -> anyhow::Result<String> {
-    push_artifact(tagged, supplychain::oci::SCHEMA_ARTIFACT_TYPE, schema).await
+/// Pushes, with oci-client, one file as an artifact typed by its config
+/// media type `artifact_type` with no `artifactType`, as older oras and
+/// `flux push artifact` pack: supplychain accepts that form from other
+/// tools, and the Ptah CLI packs only the OCI 1.1 one.
+pub async fn push_config_typed(
+    tagged: &str,
+    artifact_type: &str,
+    layer_type: &str,
+    title: &str,
+    content: &[u8],
+) -> anyhow::Result<Pushed> {
+    Foreign {
+        artifact_type,
+        layer_type,
+        title,
+        content,
+        declared: Declared::ConfigMediaType,
+    }
+    .push(tagged)
+    .await
 }
-
 /// A verification policy trusting one key for schema artifacts, with legacy
 /// `.sig` signatures, under the authority `release`.
 pub fn key_policy(public_pem: &str) -> String {

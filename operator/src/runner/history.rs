@@ -1762,8 +1762,13 @@ pub async fn run_migrations_with(
     if before.directory.sealed {
         argv.push("--verify-sum".into());
     }
-    if let Some(mode) = &args.transaction_mode {
-        argv.push(format!("--tx-mode={mode}"));
+    // This Ptah refuses tx-mode file (its default) on the MySQL family: its
+    // online-DDL interceptor needs none, and MySQL's DDL commits on its own
+    // anyway. An explicit mode is passed as given.
+    match (&args.transaction_mode, db.engine) {
+        (Some(mode), _) => argv.push(format!("--tx-mode={mode}")),
+        (None, super::cli::EngineArg::Mysql) => argv.push("--tx-mode=none".into()),
+        (None, super::cli::EngineArg::Postgresql) => {}
     }
     if !db.connect_timeout.is_zero() {
         argv.push(format!(
