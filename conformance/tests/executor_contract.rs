@@ -270,6 +270,81 @@ async fn contract(engine: Engine) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The migration goldens (`migrations-*`, made by `migrations-capture.sh`)
+/// made again on the harness's databases, with the runner's own
+/// `check-sequence` as the refusing hook, and compared file by file.
+#[tokio::test]
+async fn ptah_migration_outputs_on_both_engines_match_their_goldens() -> anyhow::Result<()> {
+    let harness = harness().await;
+    let pg = url::Url::parse(&TestDatabase::admin(harness, Engine::Postgres)?.url())?;
+    let my = url::Url::parse(&TestDatabase::admin(harness, Engine::MariaDb)?.url())?;
+    let port = |u: &url::Url| u.port().map(|p| p.to_string()).unwrap_or_default();
+    let out = tempfile::tempdir()?;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/executor");
+    let runner = Path::new(env!("CARGO_BIN_EXE_process-kubelet")).with_file_name("ptah-runner");
+    let script = dir.join("migrations-capture.sh");
+    let bless = std::env::var_os("PTAH_BLESS").is_some();
+    let status = std::process::Command::new("bash")
+        .arg(&script)
+        .env("PTAH", conformance::tools::bin_dir()?.join("ptah"))
+        .env("RUNNER", &runner)
+        .env("PG_HOST", "127.0.0.1")
+        .env("PG_PORT", port(&pg))
+        .env("PG_USER", pg.username())
+        .env("PG_PASSWORD", pg.password().unwrap_or_default())
+        .env("MY_HOST", "127.0.0.1")
+        .env("MY_PORT", port(&my))
+        .env("MY_USER", my.username())
+        .env("MY_PASSWORD", my.password().unwrap_or_default())
+        .env("MYSQL_PWD", my.password().unwrap_or_default())
+        .env(
+            "MY_ADMIN",
+            format!(
+                "mariadb --protocol=TCP -h 127.0.0.1 -P {} -u {}",
+                port(&my),
+                my.username()
+            ),
+        )
+        .env("GOLDEN_OUT", if bless { dir.as_path() } else { out.path() })
+        .output()?;
+    let stderr = String::from_utf8_lossy(&status.stderr).into_owned();
+    for secret in [pg.password(), my.password()].into_iter().flatten() {
+        assert!(!stderr.contains(secret), "the capture printed a password");
+    }
+    anyhow::ensure!(status.status.success(), "the capture failed: {stderr}");
+    if bless {
+        return Ok(());
+    }
+    let mut compared = 0;
+    for engine in ["postgresql", "mariadb"] {
+        let made = out.path().join(engine);
+        let mut names: Vec<_> = std::fs::read_dir(&made)?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_, _>>()?;
+        names.sort();
+        let mut kept: Vec<_> = std::fs::read_dir(dir.join(engine))?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<Vec<String>, _>>()?;
+        kept.retain(|n| n.starts_with("migrations-"));
+        kept.sort();
+        assert_eq!(names, kept, "the {engine} migration goldens made and kept");
+        for name in &names {
+            let got = std::fs::read_to_string(made.join(name))?;
+            let want = std::fs::read_to_string(dir.join(engine).join(name))?;
+            for secret in [pg.password(), my.password()].into_iter().flatten() {
+                assert!(!got.contains(secret), "{engine}/{name} holds a password");
+            }
+            assert!(
+                want == got,
+                "ptah's output moved in {engine}/{name}:\n--- golden\n{want}\n--- now\n{got}"
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared >= 30, "{compared} goldens compared");
+    Ok(())
+}
+
 #[tokio::test]
 async fn ptah_outputs_on_postgresql_match_their_goldens() -> anyhow::Result<()> {
     contract(Engine::Postgres).await

@@ -2,9 +2,12 @@
 # Writes the migration goldens of conformance/testdata/executor/ from the
 # pinned Ptah against a scratch PostgreSQL and a scratch MariaDB (README.md).
 #
-#   PTAH=…/bin/ptah PG_HOST=127.0.0.1 PG_PORT=55432 PG_USER=postgres \
+#   PTAH=…/bin/ptah PG_HOST=127.0.0.1 PG_PORT=55432 PG_USER=postgres [PG_PASSWORD=…] \
 #   MY_HOST=127.0.0.1 MY_PORT=53306 MY_USER=mig MY_PASSWORD=… [RUNNER=…/ptah-runner] \
-#   bash conformance/testdata/executor/migrations-capture.sh [postgresql|mariadb]
+#   [GOLDEN_OUT=<dir>] bash conformance/testdata/executor/migrations-capture.sh [postgresql|mariadb]
+#
+# GOLDEN_OUT writes the goldens there instead of beside this script (the
+# contract test compares what it writes with the goldens kept here).
 #
 # The databases it uses are named mig_golden_<scenario>; it drops and creates
 # them (PostgreSQL through psql, MariaDB through the mariadb client as
@@ -19,6 +22,9 @@ engines=${1:-"postgresql mariadb"}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$scratch/work"
+out=${GOLDEN_OUT:-$here}
+# psql reads the password from its environment, never from argv.
+[ -n "${PG_PASSWORD:-}" ] && export PGPASSWORD=$PG_PASSWORD
 
 # The directory Ptah is shown: the goldens name it, so it is fixed.
 dirs=/tmp/ptah-goldens/migrations
@@ -29,7 +35,10 @@ mkdir -p "$dirs"
 # correlation id, ports. A unit test holds every golden a fixed point of the
 # Rust function, so the two cannot drift apart.
 normalise() {
+  # The runner's path differs between checkouts: the image's path stands in.
+  local runner=${RUNNER:-/usr/local/bin/ptah-runner}
   sed -E \
+    -e "s#${runner//#/\\#}#/usr/local/bin/ptah-runner#g" \
     -e 's/"time":"[^"]*"/"time":"<time>"/g' \
     -e 's/"applied_at": "[^"]*"/"applied_at": "<time>"/g' \
     -e 's/"execution_time": [0-9]+/"execution_time": 0/g' \
@@ -80,7 +89,7 @@ up() { # out dir limit extra…
 
 use_db() { # engine scenario: the URL of an existing database
   case $1 in
-    postgresql) url="postgres://$PG_USER@$PG_HOST:$PG_PORT/mig_golden_$2?sslmode=disable" ;;
+    postgresql) url="postgres://$PG_USER${PG_PASSWORD:+:$PG_PASSWORD}@$PG_HOST:$PG_PORT/mig_golden_$2?sslmode=disable" ;;
     mariadb) url="mysql://$MY_USER:$MY_PASSWORD@$MY_HOST:$MY_PORT/mig_golden_$2" ;;
   esac
 }
@@ -99,7 +108,7 @@ fresh() { # engine scenario: a new, empty database
 }
 
 for engine in $engines; do
-  golden="$here/$engine"
+  golden="$out/$engine"
   mkdir -p "$golden"
   d="$dirs/$engine"
   # MariaDB: this Ptah refuses tx-mode file from the CLI (its online-DDL
@@ -198,7 +207,7 @@ for engine in $engines; do
   fi
 done
 # The directories themselves, for the unit tests that derive each verdict.
-rm -rf "$here/migrations-dirs"
-mkdir -p "$here/migrations-dirs"
-for engine in $engines; do cp -r "$dirs/$engine" "$here/migrations-dirs/$engine"; done
-echo "goldens written under $here"
+rm -rf "$out/migrations-dirs"
+mkdir -p "$out/migrations-dirs"
+for engine in $engines; do cp -r "$dirs/$engine" "$out/migrations-dirs/$engine"; done
+echo "goldens written under $out"

@@ -58,7 +58,21 @@ fn main() {
             std::process::exit(EXIT_FAILED);
         }
     };
+    let started = std::time::Instant::now();
     let finished = rt.block_on(runner::run_step(cli.command));
+    // The runner's own cost beyond Ptah's run time: spawn, parse, check and
+    // deliver (`conformance/bench/runner-overhead.sh` reads this line).
+    let child = runner::executor::child_time();
+    let total = started.elapsed();
+    if !child.is_zero() {
+        eprintln!(
+            "ptah-runner: timing step={} total_ms={} ptah_ms={} runner_ms={}",
+            finished.document.step,
+            total.as_millis(),
+            child.as_millis(),
+            total.saturating_sub(child).as_millis()
+        );
+    }
     // A step stopped at its deadline may leave a blocking fetch behind: do
     // not wait for it.
     rt.shutdown_background();

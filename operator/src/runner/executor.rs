@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -21,6 +22,15 @@ pub const TERM_GRACE: Duration = Duration::from_secs(20);
 /// The variable that holds the database URL, in the runner's environment
 /// and in Ptah's (its flag twin of `--db-url`).
 pub const DB_URL_ENV: &str = "PTAH_DB_URL";
+
+/// Microseconds the Ptah children of this process ran, all told: what the
+/// runner spent beyond them is its own cost (one process runs one step).
+static CHILD_MICROS: AtomicU64 = AtomicU64::new(0);
+
+/// How long this process's Ptah children ran, all told.
+pub fn child_time() -> Duration {
+    Duration::from_micros(CHILD_MICROS.load(Ordering::Relaxed))
+}
 
 /// What one run of the child left.
 #[derive(Debug, Clone)]
@@ -102,6 +112,7 @@ impl Executor {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let started = Instant::now();
+        let _spent = Spent(started);
         let mut child = cmd.spawn().map_err(|e| {
             StepError::failed(format!(
                 "cannot start {}: {}",
@@ -166,6 +177,16 @@ impl Executor {
             limit: self.limit,
             elapsed: started.elapsed(),
         })
+    }
+}
+
+/// Adds the child's time to [`CHILD_MICROS`] however its run ends.
+struct Spent(Instant);
+
+impl Drop for Spent {
+    fn drop(&mut self) {
+        let micros = u64::try_from(self.0.elapsed().as_micros()).unwrap_or(u64::MAX);
+        CHILD_MICROS.fetch_add(micros, Ordering::Relaxed);
     }
 }
 
