@@ -11,11 +11,10 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::ConfigMap;
-use serde_json::json;
 
 use conformance::harness::Harness;
 use conformance::testkit::database::{Engine, TestDatabase};
+use conformance::testkit::executor;
 use conformance::testkit::manager::{Manager, ManagerSpec};
 use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
 use conformance::testkit::wait::Patience;
@@ -40,33 +39,7 @@ async fn runs(engine: Engine, test: &str) -> anyhow::Result<()> {
     )
     .await?;
     let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
-    db.secret(&ns, "db").await?;
-    ns.create::<ConfigMap>(json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "migrations"},
-        "data": {
-            "0000000001_orders.up.sql": "CREATE TABLE orders (id bigint PRIMARY KEY);\n",
-            "0000000001_orders.down.sql": "DROP TABLE orders;\n",
-            "0000000002_customers.up.sql": "CREATE TABLE customers (id bigint PRIMARY KEY, name varchar(64) NOT NULL);\n",
-            "0000000002_customers.down.sql": "DROP TABLE customers;\n",
-        },
-    }))
-    .await?;
-    ns.create::<PtahMigration>(json!({
-        "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahMigration",
-        "metadata": {"name": "orders"},
-        "spec": {
-            "target": {
-                "engine": engine.spec(),
-                "urlFrom": {"name": "db", "key": "url"},
-                "coordinationKey": "orders",
-            },
-            "source": {"configMap": {"name": "migrations"}},
-            "policy": {"apply": "Always"},
-            "execution": {"failureRetryInterval": "5s"},
-        },
-    }))
-    .await?;
+    executor::migration(&ns, &db, "orders").await?;
     let manager = Manager::start(&ns, &ManagerSpec::default())?;
 
     let m = ns

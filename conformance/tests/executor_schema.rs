@@ -17,10 +17,10 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
 use kube::api::ListParams;
-use serde_json::json;
 
 use conformance::harness::Harness;
 use conformance::testkit::database::{Engine, TestDatabase};
+use conformance::testkit::executor;
 use conformance::testkit::manager::{Manager, ManagerSpec};
 use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
 use conformance::testkit::wait::Patience;
@@ -34,9 +34,6 @@ async fn harness() -> &'static Harness {
 
 /// Six Jobs one after the other, each run by the process kubelet.
 const PATIENCE: Patience = Patience::new(Duration::from_secs(240), Duration::from_millis(250));
-
-const SCHEMA: &str =
-    "CREATE TABLE orders (\n  id bigint PRIMARY KEY,\n  customer varchar(64) NOT NULL\n);\n";
 
 fn target_digest(t: &Option<operator::api::schema::TargetStatus>) -> Option<String> {
     t.as_ref().and_then(|t| t.identity_digest.clone())
@@ -53,28 +50,7 @@ async fn converges(engine: Engine, test: &str) -> anyhow::Result<()> {
     )
     .await?;
     let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
-    db.secret(&ns, "db").await?;
-    ns.create::<ConfigMap>(json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "schema"},
-        "data": {"schema.sql": SCHEMA},
-    }))
-    .await?;
-    ns.create::<PtahSchema>(json!({
-        "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
-        "metadata": {"name": "orders"},
-        "spec": {
-            "target": {
-                "engine": engine.spec(),
-                "urlFrom": {"name": "db", "key": "url"},
-                "coordinationKey": "orders",
-            },
-            "source": {"configMap": {"name": "schema", "keys": ["schema.sql"]}},
-            "policy": {"apply": "Always"},
-            "execution": {"failureRetryInterval": "5s"},
-        },
-    }))
-    .await?;
+    executor::schema(&ns, &db, "orders").await?;
     let manager = Manager::start(&ns, &ManagerSpec::default())?;
 
     let s = ns

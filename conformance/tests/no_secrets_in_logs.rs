@@ -4,14 +4,30 @@
 //! harness log, the process kubelet's container logs and the output of
 //! `ptah-harness status` and `env`.
 //!
-//! Tests run in any order, so this checks whatever logs exist when it runs;
-//! it asserts it read enough secrets and scanned enough files not to pass
-//! vacuously. A failure names the file and the secret's source, never the
+//! Tests run in any order, so this checks whatever logs exist when it runs,
+//! after driving the executor's Jobs itself: a PtahSchema on PostgreSQL and
+//! a PtahMigration on MariaDB, both through the harness's admin URLs, to
+//! `InSync` (Observe, Plan, Apply, History and a migration's Apply). It
+//! asserts it read enough secrets and scanned enough files, those Jobs'
+//! logs among them, not to pass vacuously. A failure names the file and the secret's source, never the
 //! secret itself.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use conformance::harness::Harness;
+use conformance::testkit::database::{Engine, TestDatabase};
+use conformance::testkit::executor;
+use conformance::testkit::manager::{Manager, ManagerSpec};
+use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
+use conformance::testkit::wait::Patience;
+use operator::api::condition::{MigrationPhase, SchemaPhase};
+use operator::api::migration::PtahMigration;
+use operator::api::schema::PtahSchema;
 
 /// Shorter values could match by chance; every harness secret is far longer.
 const MIN_SECRET_LEN: usize = 8;
@@ -292,10 +308,62 @@ fn leaks(secrets: &Secrets, scanned: &[(String, String)]) -> Vec<String> {
         .collect()
 }
 
+/// The executor's Jobs, each with a database URL that holds a harness
+/// password: a schema and a migration driven to `InSync`. Answers the
+/// namespace, whose Pods' logs the scan must include.
+async fn run_the_executor(harness: &'static Harness) -> anyhow::Result<String> {
+    let ns = TestNamespace::new(
+        harness,
+        "nosecret",
+        "exec",
+        NamespaceSpec::default()
+            .with_crds()
+            .with_service_account(Duration::from_secs(60)),
+    )
+    .await?;
+    // The admin URLs themselves: their passwords are the harness's secrets.
+    let pg = TestDatabase::admin(harness, Engine::Postgres)?;
+    let maria = TestDatabase::admin(harness, Engine::MariaDb)?;
+    let pg = TestDatabase::create(harness, Engine::Postgres, &format!("{}_pg", pg.name))?;
+    let maria = TestDatabase::create(harness, Engine::MariaDb, &format!("{}_maria", maria.name))?;
+    executor::schema(&ns, &pg, "orders").await?;
+    executor::migration(&ns, &maria, "catalog").await?;
+    let manager = Manager::start(&ns, &ManagerSpec::default())?;
+    let patience = Patience::new(Duration::from_secs(240), Duration::from_millis(250));
+    ns.until(
+        &patience,
+        "orders",
+        "the schema InSync",
+        |s: &PtahSchema| s.status.as_ref().and_then(|st| st.phase) == Some(SchemaPhase::InSync),
+    )
+    .await
+    .with_context(|| manager.log())?;
+    ns.until(
+        &patience,
+        "catalog",
+        "the migration run and read back",
+        |m: &PtahMigration| {
+            m.status
+                .as_ref()
+                .is_some_and(|st| st.phase == Some(MigrationPhase::InSync) && st.last_run.is_some())
+        },
+    )
+    .await
+    .with_context(|| manager.log())?;
+    let name = ns.name().to_string();
+    // The namespace (and its Pods' logs) stay for the scan.
+    std::mem::forget(ns);
+    drop(manager);
+    Ok(name)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn no_credential_appears_in_output_or_logs() {
     let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
     let state = &harness.state;
+    let executor_ns = run_the_executor(harness)
+        .await
+        .expect("the executor's Jobs ran");
 
     // Every secret the harness made; not vacuous: each kind was read.
     let (secrets, pki_keys) = collect_secrets(state);
@@ -349,6 +417,22 @@ async fn no_credential_appears_in_output_or_logs() {
         harness_scanned.len(),
         state.join("logs").display()
     );
+    // The executor's Jobs are among them: every database operation.
+    for job in [
+        "ptah-observe-",
+        "ptah-plan-",
+        "ptah-apply-",
+        "ptah-m-history-",
+        "ptah-m-apply-",
+    ] {
+        let dir = format!("{executor_ns}_{job}");
+        assert!(
+            pods_scanned
+                .iter()
+                .any(|(name, text)| name.contains(&dir) && text.contains("StepResult")),
+            "no log of a {job}… Pod in {executor_ns} was scanned"
+        );
+    }
     let (n_harness_logs, n_pod_logs) = (harness_scanned.len(), pods_scanned.len());
     scanned.extend(harness_scanned);
     scanned.extend(pods_scanned);

@@ -1,0 +1,90 @@
+//! Resources that drive the executor end to end: a PtahSchema from a
+//! ConfigMap and a PtahMigration from a ConfigMap directory, each with
+//! `apply: Always` on a [`TestDatabase`] of the test's own, so that every
+//! database operation (Observe, Plan, Apply, History, a migration's Apply)
+//! runs as a Job through the pinned Ptah CLI.
+
+use kube::api::{Api, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::{Value, json};
+
+use super::database::TestDatabase;
+use super::namespace::TestNamespace;
+
+/// The declared schema: one table.
+pub const SCHEMA_SQL: &str =
+    "CREATE TABLE orders (\n  id bigint PRIMARY KEY,\n  customer varchar(64) NOT NULL\n);\n";
+
+/// The migration directory: two versions, each with both halves.
+pub fn migration_files() -> Value {
+    json!({
+        "0000000001_orders.up.sql": "CREATE TABLE orders (id bigint PRIMARY KEY);\n",
+        "0000000001_orders.down.sql": "DROP TABLE orders;\n",
+        "0000000002_customers.up.sql": "CREATE TABLE customers (id bigint PRIMARY KEY, name varchar(64) NOT NULL);\n",
+        "0000000002_customers.down.sql": "DROP TABLE customers;\n",
+    })
+}
+
+async fn create(ns: &TestNamespace, kind: &str, plural: &str, obj: Value) -> anyhow::Result<()> {
+    let gvk = GroupVersionKind::gvk("operator.ptah.run", "v1alpha1", kind);
+    let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+    let api: Api<DynamicObject> = Api::namespaced_with(ns.client().clone(), ns.name(), &resource);
+    api.create(&PostParams::default(), &serde_json::from_value(obj)?)
+        .await?;
+    Ok(())
+}
+
+/// `spec.target` on `db`, through the Secret `<name>-db`.
+fn target(db: &TestDatabase, name: &str) -> Value {
+    json!({
+        "engine": db.engine.spec(),
+        "urlFrom": {"name": format!("{name}-db"), "key": "url"},
+        "coordinationKey": name,
+    })
+}
+
+/// The Secret `<name>-db`, the ConfigMap `<name>-schema` holding
+/// [`SCHEMA_SQL`], and the PtahSchema `name` (`apply: Always`).
+pub async fn schema(ns: &TestNamespace, db: &TestDatabase, name: &str) -> anyhow::Result<()> {
+    db.secret(ns, &format!("{name}-db")).await?;
+    ns.create::<k8s_openapi::api::core::v1::ConfigMap>(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("{name}-schema")},
+        "data": {"schema.sql": SCHEMA_SQL},
+    }))
+    .await?;
+    let obj = json!({
+        "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
+        "metadata": {"name": name},
+        "spec": {
+            "target": target(db, name),
+            "source": {"configMap": {"name": format!("{name}-schema"), "keys": ["schema.sql"]}},
+            "policy": {"apply": "Always"},
+            "execution": {"failureRetryInterval": "5s"},
+        },
+    });
+    create(ns, "PtahSchema", "ptahschemas", obj).await
+}
+
+/// The Secret `<name>-db`, the ConfigMap `<name>-migrations` holding
+/// [`migration_files`], and the PtahMigration `name` (`apply: Always`).
+pub async fn migration(ns: &TestNamespace, db: &TestDatabase, name: &str) -> anyhow::Result<()> {
+    db.secret(ns, &format!("{name}-db")).await?;
+    ns.create::<k8s_openapi::api::core::v1::ConfigMap>(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("{name}-migrations")},
+        "data": migration_files(),
+    }))
+    .await?;
+    let obj = json!({
+        "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahMigration",
+        "metadata": {"name": name},
+        "spec": {
+            "target": target(db, name),
+            "source": {"configMap": {"name": format!("{name}-migrations")}},
+            "policy": {"apply": "Always"},
+            "execution": {"failureRetryInterval": "5s"},
+        },
+    });
+    create(ns, "PtahMigration", "ptahmigrations", obj).await
+}
