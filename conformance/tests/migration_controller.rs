@@ -1,10 +1,11 @@
-//! The PtahMigration controller end to end, as far as the harness can take it
-//! without the Ptah executor (docs/executor.md): a real manager process
-//! against the real API server, Job controller and process kubelet.
+//! The PtahMigration controller end to end, on a database that refuses every
+//! connection, so that each History read fails where these tests need it to
+//! (the runs that succeed are in `executor_migration.rs`): a real manager
+//! process against the real API server, Job controller and process kubelet.
 //!
 //! * A ConfigMap migration directory is snapshotted by the manager (no Job),
 //!   the History read is claimed and dispatched as one Job, its runner
-//!   delivers its result (it needs the executor), and the read keeps its
+//!   delivers its result (Ptah could not connect), and the read keeps its
 //!   claim and runs again after `failureRetryInterval`.
 //! * A PtahSchema and a PtahMigration on one database without `sharedRealm`
 //!   are both `RealmConflict`: the census counts both families.
@@ -53,20 +54,22 @@ async fn namespace(test: &str) -> anyhow::Result<TestNamespace> {
     .await
 }
 
+/// A MariaDB URL whose server refuses every connection.
+const UNREACHABLE_DB: &str = "mysql://ptah:never-used@127.0.0.1:1/orders";
+
 async fn setup(ns: &TestNamespace) -> anyhow::Result<()> {
-    let url = std::fs::read_to_string(ns.harness().secret_file("mariadb.url"))?;
     ns.create::<Secret>(json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "db"},
-        "stringData": {"url": url.trim()},
+        "stringData": {"url": UNREACHABLE_DB},
     }))
     .await?;
     ns.create::<ConfigMap>(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "migrations"},
         "data": {
-            "0001_orders.up.sql": "CREATE TABLE orders (id int PRIMARY KEY);",
-            "0001_orders.down.sql": "DROP TABLE orders;",
+            "0000000001_orders.up.sql": "CREATE TABLE orders (id int PRIMARY KEY);",
+            "0000000001_orders.down.sql": "DROP TABLE orders;",
         },
     }))
     .await?;
@@ -148,6 +151,16 @@ async fn a_configmap_migration_is_snapshotted_and_each_history_attempt_has_one_j
         .context("the read keeps its claim")?;
     assert_eq!(claim.type_, OperationType::History);
     assert!(claim.attempt >= 2);
+    let failed = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == MigrationConditionType::ReconciliationFailed)
+        .context("ReconciliationFailed")?;
+    assert!(
+        failed.message.contains("connection refused") && !failed.message.contains("never-used"),
+        "the result delivered to the receiver names why: {}",
+        failed.message
+    );
     assert!(
         claim.lease_epoch.is_none(),
         "reading history takes no Lease"
