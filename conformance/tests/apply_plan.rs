@@ -45,12 +45,15 @@ use operator::execution::job::{
 };
 use operator::execution::plan::{self, PlanInput, chunk_object, content_digest};
 use operator::execution::receiver::{
-    self, MAX_RESULT_BYTES, PLANS_PATH, REASON_PLAN_REFUSED, RECEIVER_CA_CONFIGMAP,
-    RECEIVER_CA_KEY, RESULTS_PATH, Receiver, TokenKey,
+    self, RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY, Receiver, TokenKey,
 };
-use operator::runner::cli::ResourceRef;
+use operator::protocol::args::ResourceRef;
+use operator::protocol::receiver::{
+    MAX_RESULT_BYTES, PLANS_PATH, REASON_PLAN_REFUSED, RESULTS_PATH, plan_path,
+};
+use operator::protocol::result::Outcome;
 use operator::runner::deliver::{PlanAttempt, Sender};
-use operator::runner::{EXIT_FAILED, EXIT_REFUSED, Outcome};
+use operator::runner::{EXIT_FAILED, EXIT_REFUSED};
 use operator::server::{Routes, Tls, serve};
 use operator::testing;
 use supplychain::manifest::Limits;
@@ -297,10 +300,8 @@ impl Scope {
             namespace: self.namespace.clone(),
             name: SCHEMA.into(),
         };
-        self.results_url.replace(
-            RESULTS_PATH,
-            &receiver::plan_path(&resource, operation_id, attempt),
-        )
+        self.results_url
+            .replace(RESULTS_PATH, &plan_path(&resource, operation_id, attempt))
     }
 }
 

@@ -42,10 +42,12 @@ use operator::execution::job::{
     job_name,
 };
 use operator::execution::receiver::{
-    self, MAX_RESULT_BYTES, REASON_ALREADY_STORED, RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY,
-    RESULT_COMPONENT, RESULTS_PATH, Receiver, TokenKey, content_sha256,
+    self, RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY, RESULT_COMPONENT, Receiver, TokenKey,
 };
-use operator::runner::StepOutput;
+use operator::protocol::receiver::{
+    MAX_RESULT_BYTES, REASON_ALREADY_STORED, RESULTS_PATH, content_sha256,
+};
+use operator::protocol::result::StepOutput;
 use operator::runner::deliver::{Attempt, Sender};
 use operator::server::{Routes, Tls, serve};
 use operator::testing;

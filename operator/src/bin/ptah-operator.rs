@@ -11,7 +11,8 @@ use clap::Parser;
 use ptah_operator::api::status::ExecutionBinding;
 use ptah_operator::controller::{self, Config, Context, FaultPoint};
 use ptah_operator::execution::job::Images;
-use ptah_operator::execution::receiver::{RESULTS_PATH, Receiver, TokenKey};
+use ptah_operator::execution::receiver::{Receiver, TokenKey};
+use ptah_operator::protocol::receiver::{PLANS_PATH, RESULTS_PATH};
 use ptah_operator::server::{self, Routes, Tls};
 use sha2::{Digest, Sha256};
 
@@ -130,7 +131,7 @@ async fn main() -> anyhow::Result<()> {
         ptah_operator::admission::handler(client.clone()),
     );
     let routes = routes.route(
-        ptah_operator::execution::receiver::PLANS_PATH,
+        PLANS_PATH,
         Arc::new(Receiver::new(client.clone(), key.clone())).plan_handler(),
     );
     let ca_pem = tls.ca_pem.clone();

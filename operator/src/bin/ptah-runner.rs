@@ -6,9 +6,10 @@ use std::io::Write;
 
 use clap::Parser;
 use clap::error::ErrorKind;
+use ptah_operator::protocol::result::{Outcome, Summary};
 use ptah_operator::runner::cli::{Cli, Command};
 use ptah_operator::runner::history;
-use ptah_operator::runner::{self, EXIT_FAILED, EXIT_USAGE, Outcome, Summary};
+use ptah_operator::runner::{self, EXIT_FAILED, EXIT_USAGE};
 
 fn main() {
     let cli = match Cli::try_parse() {

@@ -17,8 +17,8 @@ use crate::api::source::{
 use crate::api::status::OperationType;
 use crate::execution::job::OPERATION_CONTAINER;
 use crate::lifecycle::schema::{Observation, PlanVerdict};
-use crate::runner::database::{DriftSummary, MAX_FINDINGS, PlanOutcome};
-use crate::runner::{Outcome, ResultDocument, StepOutput};
+use crate::protocol::database::{DriftSummary, MAX_FINDINGS, PlanOutcome};
+use crate::protocol::result::{Outcome, ResultDocument, StepOutput};
 
 /// Whether the Job ended: a `Complete` or `Failed` condition.
 pub fn terminal(job: &Job) -> bool {
@@ -378,8 +378,8 @@ fn verification(e: &VerifiedEvidence, policy: &PolicyBinding, now: &Time) -> Ver
 mod tests {
     use super::*;
     use crate::api::schema::{DriftCategory, DriftFinding, DriftSeverity};
-    use crate::runner::database::{ApplyReport, PlannedChange};
-    use crate::runner::{ErrorDoc, RESULT_API_VERSION};
+    use crate::protocol::database::{ApplyReport, PlannedChange};
+    use crate::protocol::result::{ErrorDoc, RESULT_API_VERSION};
 
     fn now() -> Time {
         Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)

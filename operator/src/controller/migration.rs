@@ -16,6 +16,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 
 use super::harvest::{self, SourceRead};
+use super::migration_harvest::{run_report, verdict};
 use super::runtime::{self, ClaimJob, Dispatch, GenerationMove, InputChange, Requeue, Snapshot};
 use super::{Context, Error, FaultPoint, kube_err, migration_dispatch};
 use crate::api::annotations::{MIGRATION_FINALIZER, UNRESOLVED_RUN};
@@ -28,8 +29,8 @@ use crate::lifecycle::migration::{
     AcknowledgmentSeen, ApprovalSeen, Effect, Observation, engine_supported, step,
 };
 use crate::lifecycle::realm;
-use crate::runner::StepOutput;
-use crate::runner::migrations;
+use crate::protocol::migrations::{check_history, check_run};
+use crate::protocol::result::StepOutput;
 
 /// How many steps one pass takes at most; the rest waits for the next pass.
 const MAX_STEPS: usize = 24;
@@ -339,20 +340,18 @@ impl Pass<'_> {
             // A document that breaks the protocol gives no verdict: the read
             // runs again, and a run is unknown.
             (OperationType::History, Some(StepOutput::History { report })) => {
-                match migrations::check_history(report) {
-                    Ok(()) => Observation::HistoryRead(migrations::verdict(report)),
+                match check_history(report) {
+                    Ok(()) => Observation::HistoryRead(verdict(report)),
                     Err(e) => Observation::JobFailed {
                         reason: Reason::OperationFailed,
                         message: format!("the history result is not read: {e}"),
                     },
                 }
             }
-            (OperationType::Apply, Some(StepOutput::Ran { outcome })) => {
-                match migrations::check_run(outcome) {
-                    Ok(()) => Observation::RunEnded(migrations::run_report(outcome, r.job_uid)),
-                    Err(_) => Observation::JobLost,
-                }
-            }
+            (OperationType::Apply, Some(StepOutput::Ran { outcome })) => match check_run(outcome) {
+                Ok(()) => Observation::RunEnded(run_report(outcome, r.job_uid)),
+                Err(_) => Observation::JobLost,
+            },
             // A run whose result says nothing of what it did is unknown.
             (OperationType::Apply, _) => Observation::JobLost,
             _ => Observation::JobFailed {

@@ -5,7 +5,7 @@
 //! and [`super::dispatch`] builds the schema's Job on them too.
 //!
 //! An Apply's Job carries the digest of the approved sequence
-//! ([`crate::runner::migrations::sequence_digest`]), which `status.plan` does
+//! ([`crate::protocol::migrations::sequence_digest`]), which `status.plan` does
 //! not hold: the controller reads the PtahMigrationPlan the claim names
 //! ([`crate::execution::migration_plan::read`]) and passes it here.
 
@@ -22,7 +22,7 @@ use crate::execution::job::{
     SourceInput, TargetInput,
 };
 use crate::execution::receiver::{RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY, token_secret_name};
-use crate::runner::migrations::sequence_digest;
+use crate::protocol::migrations::sequence_digest;
 
 use super::Config;
 use super::dispatch::NotBuildable;

@@ -21,6 +21,7 @@ mod harvest;
 mod inputs;
 mod migration;
 mod migration_dispatch;
+mod migration_harvest;
 mod runtime;
 mod schema;
 

@@ -29,7 +29,7 @@ use crate::lifecycle::realm;
 use crate::lifecycle::schema::{
     ApprovalSeen, Effect, Observation, PlanVerdict, engine_supported, step,
 };
-use crate::runner::database::PlanOutcome;
+use crate::protocol::database::PlanOutcome;
 
 /// How many steps one pass takes at most; the rest waits for the next pass.
 const MAX_STEPS: usize = 24;

@@ -59,8 +59,10 @@
 //!
 //! # Runner command lines
 //!
-//! Every value is one `--flag=value` argument (no shell, and a value can never
-//! read as a flag). Source steps, in the `source` init container:
+//! Rendered from the typed flags of [`crate::protocol::args`], which the
+//! runner's parser reads: every value is one `--flag=value` argument (no
+//! shell, and a value can never read as a flag). Source steps, in the
+//! `source` init container:
 //!
 //! ```text
 //! ptah-runner source check --snapshot=/snapshot --content-digest=sha256:… --out=/source
@@ -121,6 +123,9 @@ use crate::api::migration::PtahMigration;
 use crate::api::schema::PtahSchema;
 use crate::api::source::{GitRef, OciTransport, RegistryAuth, RegistryAuthMode, SourceKind};
 use crate::api::status::OperationType;
+use crate::protocol::args::{
+    DatabaseFlags, OperationFlags, PlanFlags, ResourceRef, ResultFlags, arg, command, flag, switch,
+};
 
 /// The uid, gid and fsGroup every operation Pod runs as (the distroless
 /// `nonroot` user).
@@ -466,12 +471,12 @@ fn invalid(field: &'static str, value: &str, reason: &'static str) -> JobBuildEr
 /// runner's subcommand spell it.
 pub fn operation_name(op: OperationType) -> &'static str {
     match op {
-        OperationType::Resolve => "resolve",
-        OperationType::Verify => "verify",
-        OperationType::Observe => "observe",
-        OperationType::Plan => "plan",
-        OperationType::History => "history",
-        OperationType::Apply => "apply",
+        OperationType::Resolve => command::RESOLVE,
+        OperationType::Verify => command::VERIFY,
+        OperationType::Observe => command::OBSERVE,
+        OperationType::Plan => command::PLAN,
+        OperationType::History => command::HISTORY,
+        OperationType::Apply => command::APPLY,
     }
 }
 
@@ -713,7 +718,7 @@ fn config_map_file(
     flag: &str,
 ) -> (String, VolumeMount, Volume) {
     (
-        format!("{flag}={dir}/{file}"),
+        arg(flag, format!("{dir}/{file}")),
         mount(volume, dir, true),
         config_map_volume(volume, config_map, item(key, file)),
     )
@@ -737,7 +742,7 @@ fn registry_access(oci: &OciInput) -> Result<RegistryAccess, JobBuildError> {
     };
     if let Some(t) = &oci.transport {
         if t.plain_http {
-            access.args.push("--plain-http".into());
+            access.args.push(switch(flag::PLAIN_HTTP));
         }
         if let Some(ca) = &t.ca_from {
             check_subdomain("spec.source.oci.transport.caFrom.name", &ca.name)?;
@@ -746,7 +751,7 @@ fn registry_access(oci: &OciInput) -> Result<RegistryAccess, JobBuildError> {
                 REGISTRY_CA_DIR,
                 (&ca.name, &ca.key),
                 "ca.pem",
-                "--ca-file",
+                flag::CA_FILE,
             );
             access.args.push(arg);
             access.mounts.push(m);
@@ -791,9 +796,10 @@ fn registry_access(oci: &OciInput) -> Result<RegistryAccess, JobBuildError> {
                 access
                     .mounts
                     .push(mount("registry-credentials", REGISTRY_CONFIG_DIR, true));
-                access
-                    .args
-                    .push(format!("--docker-config={REGISTRY_CONFIG_DIR}/config.json"));
+                access.args.push(arg(
+                    flag::DOCKER_CONFIG,
+                    format!("{REGISTRY_CONFIG_DIR}/config.json"),
+                ));
             }
         }
     }
@@ -809,7 +815,7 @@ fn git_credentials(git: &GitInput) -> Result<Handover, JobBuildError> {
         Some(secret) => {
             check_subdomain("spec.source.git.secretRef.name", secret)?;
             Ok((
-                vec![format!("--credentials={GIT_CREDENTIALS_DIR}")],
+                vec![arg(flag::CREDENTIALS, GIT_CREDENTIALS_DIR)],
                 vec![mount("git-credentials", GIT_CREDENTIALS_DIR, true)],
                 vec![secret_volume("git-credentials", secret, None)],
             ))
@@ -853,11 +859,6 @@ fn check_text(field: &'static str, value: &str) -> Result<(), JobBuildError> {
     } else {
         Ok(())
     }
-}
-
-fn rfc3339(t: &Time) -> String {
-    // jiff prints RFC 3339 in UTC with a `Z`, as the API server writes it.
-    t.0.to_string()
 }
 
 /// Builds the Job of one operation. Pure and deterministic.
@@ -1128,19 +1129,19 @@ fn check_input(input: &JobInput) -> Result<Checked, JobBuildError> {
 /// The arguments every operation container starts with.
 fn common_args(input: &JobInput) -> [String; 6] {
     let owner = &input.owner;
-    [
-        format!("--operation-id={}", input.claim.operation_id),
-        format!("--attempt={}", input.claim.attempt),
-        format!(
-            "--resource={}/{}/{}",
-            owner.kind.kind(),
-            owner.namespace,
-            owner.name
-        ),
-        format!("--resource-uid={}", owner.uid),
-        format!("--generation={}", owner.generation),
-        format!("--input-fingerprint={}", input.claim.input_fingerprint),
-    ]
+    OperationFlags {
+        operation_id: input.claim.operation_id.clone(),
+        attempt: input.claim.attempt,
+        resource: ResourceRef {
+            kind: owner.kind.kind(),
+            namespace: owner.namespace.clone(),
+            name: owner.name.clone(),
+        },
+        resource_uid: owner.uid.clone(),
+        generation: owner.generation,
+        input_fingerprint: input.claim.input_fingerprint.clone(),
+    }
+    .render()
 }
 
 /// Resolve and Verify: the step reads the source itself, so the Git or
@@ -1151,13 +1152,13 @@ fn source_operation(input: &JobInput, parts: &mut Parts) -> Result<(), JobBuildE
     match &input.source {
         SourceInput::Git(git) => {
             check_text("spec.source.git.url", &git.url)?;
-            parts.args.push("git".into());
+            parts.args.push(command::GIT.into());
             parts.args.extend(common_args(input));
-            parts.args.push(format!("--url={}", git.url));
+            parts.args.push(arg(flag::URL, &git.url));
             let chosen: Vec<String> = [
-                git.git_ref.branch.as_ref().map(|b| format!("--branch={b}")),
-                git.git_ref.tag.as_ref().map(|t| format!("--tag={t}")),
-                git.git_ref.commit.as_ref().map(|c| format!("--commit={c}")),
+                git.git_ref.branch.as_ref().map(|b| arg(flag::BRANCH, b)),
+                git.git_ref.tag.as_ref().map(|t| arg(flag::TAG, t)),
+                git.git_ref.commit.as_ref().map(|c| arg(flag::COMMIT, c)),
             ]
             .into_iter()
             .flatten()
@@ -1172,7 +1173,7 @@ fn source_operation(input: &JobInput, parts: &mut Parts) -> Result<(), JobBuildE
             parts.args.extend(chosen);
             if let Some(p) = &git.path {
                 check_text("spec.source.git.path", p)?;
-                parts.args.push(format!("--path={p}"));
+                parts.args.push(arg(flag::PATH, p));
             }
             if let Some(policy) = &git.source_policy {
                 check_subdomain("spec.source.sourcePolicyFrom.name", &policy.name)?;
@@ -1181,7 +1182,7 @@ fn source_operation(input: &JobInput, parts: &mut Parts) -> Result<(), JobBuildE
                     SOURCE_POLICY_DIR,
                     (&policy.name, &policy.key),
                     "policy.yaml",
-                    "--source-policy",
+                    flag::SOURCE_POLICY,
                 );
                 parts.hand_over((vec![arg], vec![m], vec![v]));
             }
@@ -1189,9 +1190,9 @@ fn source_operation(input: &JobInput, parts: &mut Parts) -> Result<(), JobBuildE
         }
         SourceInput::Oci(oci) => {
             check_oci_reference(&oci.reference, op == OperationType::Verify)?;
-            parts.args.push("oci".into());
+            parts.args.push(command::OCI.into());
             parts.args.extend(common_args(input));
-            parts.args.push(format!("--reference={}", oci.reference));
+            parts.args.push(arg(flag::REFERENCE, &oci.reference));
             if op == OperationType::Verify {
                 let policy = oci
                     .verification_policy
@@ -1211,7 +1212,7 @@ fn source_operation(input: &JobInput, parts: &mut Parts) -> Result<(), JobBuildE
                     .push(mount("verification-policy", POLICY_DIR, true));
                 parts
                     .args
-                    .push(format!("--policy={POLICY_DIR}/policy.yaml"));
+                    .push(arg(flag::POLICY, format!("{POLICY_DIR}/policy.yaml")));
             }
             let access = registry_access(oci)?;
             parts.env.extend(access.env);
@@ -1259,14 +1260,17 @@ fn database_operation(input: &JobInput, parts: &mut Parts) -> Result<(), JobBuil
     parts.init = Some(step.container);
 
     parts.args.extend(common_args(input));
-    parts.args.extend([
-        format!("--engine={}", target.engine.canonical()),
-        format!("--source={SOURCE_DIR}"),
-        format!("--source-kind={}", source_kind_name(input.source.kind())),
-        format!("--content-digest={content_digest}"),
-        format!("--connect-timeout={}", input.execution.connect_timeout),
-        format!("--lock-timeout={}", target.lock_timeout),
-    ]);
+    parts.args.extend(
+        DatabaseFlags {
+            engine: target.engine.into(),
+            source: SOURCE_DIR.into(),
+            source_kind: input.source.kind().into(),
+            content_digest: content_digest.clone(),
+            connect_timeout: input.execution.connect_timeout.clone(),
+            lock_timeout: target.lock_timeout.clone(),
+        }
+        .render(),
+    );
     parts.mounts.push(mount("source", SOURCE_DIR, true));
     parts.env.push(env_secret(
         "PTAH_DB_URL",
@@ -1292,12 +1296,15 @@ fn database_operation(input: &JobInput, parts: &mut Parts) -> Result<(), JobBuil
             check_subdomain("apply.planName", plan_name)?;
             check_digest("apply.planFingerprint", plan_fingerprint)?;
             check_digest("apply.planContentDigest", content_digest)?;
-            parts.tail.extend([
-                format!("--plan={plan_name}"),
-                format!("--plan-fingerprint={plan_fingerprint}"),
-                format!("--plan-content-digest={content_digest}"),
-                format!("--transaction-mode={}", schema_tx(*transaction_mode)),
-            ]);
+            parts.tail.extend(
+                PlanFlags::Schema {
+                    plan: plan_name.clone(),
+                    plan_fingerprint: plan_fingerprint.clone(),
+                    plan_content_digest: content_digest.clone(),
+                    transaction_mode: (*transaction_mode).into(),
+                }
+                .render(),
+            );
             parts
                 .annotations
                 .insert(ANNOTATION_PLAN_FINGERPRINT.into(), plan_fingerprint.clone());
@@ -1315,16 +1322,15 @@ fn database_operation(input: &JobInput, parts: &mut Parts) -> Result<(), JobBuil
             check_subdomain("apply.planName", plan_name)?;
             check_digest("apply.planFingerprint", plan_fingerprint)?;
             check_digest("apply.sequenceDigest", sequence_digest)?;
-            parts.tail.extend([
-                format!("--plan={plan_name}"),
-                format!("--plan-fingerprint={plan_fingerprint}"),
-                format!("--sequence-digest={sequence_digest}"),
-            ]);
-            if let Some(mode) = transaction_mode {
-                parts
-                    .tail
-                    .push(format!("--transaction-mode={}", migration_tx(*mode)));
-            }
+            parts.tail.extend(
+                PlanFlags::Migration {
+                    plan: plan_name.clone(),
+                    plan_fingerprint: plan_fingerprint.clone(),
+                    sequence_digest: sequence_digest.clone(),
+                    transaction_mode: transaction_mode.map(Into::into),
+                }
+                .render(),
+            );
             parts
                 .annotations
                 .insert(ANNOTATION_PLAN_FINGERPRINT.into(), plan_fingerprint.clone());
@@ -1351,12 +1357,14 @@ fn result_delivery(input: &JobInput, parts: &mut Parts) -> Result<(), JobBuildEr
     parts
         .mounts
         .push(mount("result-token", RESULT_TOKEN_DIR, true));
-    parts
-        .args
-        .push(format!("--result-url={}", result.receiver_url));
-    parts.args.push(format!(
-        "--result-token-file={RESULT_TOKEN_DIR}/{RESULT_TOKEN_KEY}"
-    ));
+    let mut flags = ResultFlags {
+        result_url: result.receiver_url.clone(),
+        result_token_file: format!("{RESULT_TOKEN_DIR}/{RESULT_TOKEN_KEY}"),
+        result_ca_file: None,
+        // jiff prints RFC 3339 in UTC with a `Z`, as the API server writes it.
+        dispatch_not_after: input.claim.dispatch_not_after.as_ref().map(|t| t.0),
+        execution_not_after: input.claim.execution_not_after.as_ref().map(|t| t.0),
+    };
     if let Some(ca) = &result.receiver_ca {
         check_subdomain("result.receiverCA.name", &ca.name)?;
         parts.volumes.push(config_map_volume(
@@ -1367,20 +1375,9 @@ fn result_delivery(input: &JobInput, parts: &mut Parts) -> Result<(), JobBuildEr
         parts
             .mounts
             .push(mount("receiver-ca", RECEIVER_CA_DIR, true));
-        parts
-            .args
-            .push(format!("--result-ca-file={RECEIVER_CA_DIR}/ca.pem"));
+        flags.result_ca_file = Some(format!("{RECEIVER_CA_DIR}/ca.pem"));
     }
-    if let Some(t) = &input.claim.dispatch_not_after {
-        parts
-            .args
-            .push(format!("--dispatch-not-after={}", rfc3339(t)));
-    }
-    if let Some(t) = &input.claim.execution_not_after {
-        parts
-            .args
-            .push(format!("--execution-not-after={}", rfc3339(t)));
-    }
+    parts.args.extend(flags.render());
     Ok(())
 }
 
@@ -1461,29 +1458,6 @@ fn pod_spec(
     }
 }
 
-fn source_kind_name(kind: SourceKind) -> &'static str {
-    match kind {
-        SourceKind::ConfigMap => "ConfigMap",
-        SourceKind::Git => "Git",
-        SourceKind::OCI => "OCI",
-    }
-}
-
-fn schema_tx(mode: SchemaTransactionMode) -> &'static str {
-    match mode {
-        SchemaTransactionMode::All => "all",
-        SchemaTransactionMode::File => "file",
-        SchemaTransactionMode::None => "none",
-    }
-}
-
-fn migration_tx(mode: MigrationTransactionMode) -> &'static str {
-    match mode {
-        MigrationTransactionMode::File => "file",
-        MigrationTransactionMode::None => "none",
-    }
-}
-
 struct SourceStep {
     container: Container,
     volumes: Vec<Volume>,
@@ -1493,7 +1467,7 @@ struct SourceStep {
 /// digest the operation container is told to expect.
 fn source_step(input: &JobInput) -> Result<(String, SourceStep), JobBuildError> {
     let op = input.operation;
-    let mut args = vec!["source".to_string()];
+    let mut args = vec![command::SOURCE.to_string()];
     let mut env_vars = vec![env("HOME", TMP_DIR), env("TMPDIR", TMP_DIR)];
     let mut mounts = vec![
         mount("source", SOURCE_DIR, false),
@@ -1509,9 +1483,9 @@ fn source_step(input: &JobInput) -> Result<(String, SourceStep), JobBuildError> 
             check_digest("source.configMap.contentDigest", content_digest)?;
             volumes.push(config_map_volume("snapshot", snapshot_name, None));
             mounts.push(mount("snapshot", SNAPSHOT_DIR, true));
-            args.push("check".into());
-            args.push(format!("--snapshot={SNAPSHOT_DIR}"));
-            args.push(format!("--content-digest={content_digest}"));
+            args.push(command::CHECK.into());
+            args.push(arg(flag::SNAPSHOT, SNAPSHOT_DIR));
+            args.push(arg(flag::CONTENT_DIGEST, content_digest));
             content_digest.clone()
         }
         SourceInput::Git(git) => {
@@ -1539,19 +1513,19 @@ fn source_step(input: &JobInput) -> Result<(String, SourceStep), JobBuildError> 
                     operation: op,
                 })?;
             check_digest("source.git.contentDigest", digest)?;
-            args.extend(["fetch".into(), "git".into()]);
-            args.push(format!("--url={}", git.url));
-            args.push(format!("--commit={commit}"));
+            args.extend([command::FETCH.into(), command::GIT.into()]);
+            args.push(arg(flag::URL, &git.url));
+            args.push(arg(flag::COMMIT, commit));
             if let Some(b) = &git.git_ref.branch {
-                args.push(format!("--ref=refs/heads/{b}"));
+                args.push(arg(flag::REF, format!("refs/heads/{b}")));
             } else if let Some(t) = &git.git_ref.tag {
-                args.push(format!("--ref=refs/tags/{t}"));
+                args.push(arg(flag::REF, format!("refs/tags/{t}")));
             }
             if let Some(p) = &git.path {
                 check_text("spec.source.git.path", p)?;
-                args.push(format!("--path={p}"));
+                args.push(arg(flag::PATH, p));
             }
-            args.push(format!("--content-digest={digest}"));
+            args.push(arg(flag::CONTENT_DIGEST, digest));
             let (a, m, v) = git_credentials(git)?;
             args.extend(a);
             mounts.extend(m);
@@ -1571,8 +1545,8 @@ fn source_step(input: &JobInput) -> Result<(String, SourceStep), JobBuildError> 
                         "must be pinned by digest",
                     )
                 })?;
-            args.extend(["fetch".into(), "oci".into()]);
-            args.push(format!("--reference={}", oci.reference));
+            args.extend([command::FETCH.into(), command::OCI.into()]);
+            args.push(arg(flag::REFERENCE, &oci.reference));
             let access = registry_access(oci)?;
             args.extend(access.args);
             env_vars.extend(access.env);
@@ -1581,7 +1555,7 @@ fn source_step(input: &JobInput) -> Result<(String, SourceStep), JobBuildError> 
             digest
         }
     };
-    args.push(format!("--out={SOURCE_DIR}"));
+    args.push(arg(flag::OUT, SOURCE_DIR));
     let mut c = container(SOURCE_CONTAINER, &input.images.runner, args);
     c.env = Some(env_vars);
     c.volume_mounts = Some(mounts);

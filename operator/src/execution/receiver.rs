@@ -1,5 +1,8 @@
 //! The result receiver and harvest: how one result document gets from the
-//! runner to the controller (architecture.md, "Results from Jobs").
+//! runner to the controller (architecture.md, "Results from Jobs"). The
+//! paths, headers, digest and answers both ends speak are the protocol's
+//! ([`crate::protocol::receiver`]); the checks, the token key and the
+//! storage are here.
 //!
 //! * **Credential.** Each operation's runner holds one token, `hex
 //!   HMAC-SHA256(key, operation id ‖ attempt)`, in a Secret the manager
@@ -25,7 +28,7 @@
 //!   length and SHA-256 and answers the typed document; [`discard`] deletes
 //!   them once the controller recorded the outcome.
 //!
-//! * **Plan bytes for Apply.** `GET` [`plan_path`] (`/v1/plans/<namespace>/
+//! * **Plan bytes for Apply.** `GET` [`plan_path`](crate::protocol::receiver::plan_path) (`/v1/plans/<namespace>/
 //!   <kind>/<name>/<operation id>/<attempt>`) with `Authorization: Bearer`
 //!   (the same token) and the calling Pod in [`POD_NAME_HEADER`] /
 //!   [`POD_UID_HEADER`]. Refused unless the token is the operation's (`401`),
@@ -55,8 +58,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, Resource};
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use crate::api::migration::PtahMigration;
 use crate::api::schema::{PtahSchema, SchemaPlanSummary};
@@ -66,19 +68,18 @@ use crate::execution::job::{
     LABEL_OPERATION_ID, MANAGED_BY, RESULT_TOKEN_KEY,
 };
 use crate::execution::plan::{self, PlanError};
-use crate::runner::cli::ResourceRef;
-use crate::runner::{OperationRef, RESULT_API_VERSION, ResultDocument};
+use crate::protocol::args::ResourceRef;
+use crate::protocol::receiver::{
+    Answer, CONTENT_SHA256_HEADER, MAX_RESULT_BYTES, PLAN_FINGERPRINT_HEADER, PLAN_NAME_HEADER,
+    PLANS_PATH, POD_NAME_HEADER, POD_UID_HEADER, REASON_ALREADY_STORED, REASON_PLAN_REFUSED,
+    REASON_STORED, RESULTS_PATH, content_sha256,
+};
+use crate::protocol::result::{OperationRef, RESULT_API_VERSION, RESULT_KIND, ResultDocument};
 
-/// Where the runner posts its result.
-pub const RESULTS_PATH: &str = "/v1/results";
 /// The ConfigMap holding the CA of the receiver's certificate.
 pub const RECEIVER_CA_CONFIGMAP: &str = "ptah-receiver-ca";
 /// Its key.
 pub const RECEIVER_CA_KEY: &str = "ca.crt";
-/// The header carrying `sha256:<hex>` of the body.
-pub const CONTENT_SHA256_HEADER: &str = "x-ptah-content-sha256";
-/// The largest result body: an 8 MiB plan and its envelope.
-pub const MAX_RESULT_BYTES: usize = 9 * 1024 * 1024;
 /// The largest piece of a result in one ConfigMap (base64 in `binaryData`
 /// keeps it under the API server's object limit).
 pub const CHUNK_BYTES: usize = 512 * 1024;
@@ -86,23 +87,6 @@ pub const CHUNK_BYTES: usize = 512 * 1024;
 pub const RESULT_COMPONENT: &str = "operation-result";
 /// `app.kubernetes.io/component` of token Secrets.
 pub const TOKEN_COMPONENT: &str = "result-token";
-/// Answer reason: the result was stored now.
-pub const REASON_STORED: &str = "Stored";
-/// Answer reason (409): these exact bytes were stored before.
-pub const REASON_ALREADY_STORED: &str = "AlreadyStored";
-/// Where an Apply runner fetches its plan's bytes: [`plan_path`] below it.
-pub const PLANS_PATH: &str = "/v1/plans/";
-/// The header naming the Pod that fetches a plan.
-pub const POD_NAME_HEADER: &str = "x-ptah-pod-name";
-/// The header giving that Pod's UID.
-pub const POD_UID_HEADER: &str = "x-ptah-pod-uid";
-/// The header of a plan answer: the plan's name.
-pub const PLAN_NAME_HEADER: &str = "x-ptah-plan-name";
-/// The header of a plan answer: the plan's fingerprint.
-pub const PLAN_FINGERPRINT_HEADER: &str = "x-ptah-plan-fingerprint";
-/// Answer reason (409): the plan did not read back (a chunk missing,
-/// altered, foreign or extra, or other bytes than the claim's digest).
-pub const REASON_PLAN_REFUSED: &str = "PlanRefused";
 
 /// Domain separation of the token MAC from any other use of the key.
 const TOKEN_DOMAIN: &[u8] = b"ptah.run/result-token/v1\0";
@@ -259,15 +243,6 @@ pub fn receiver_ca_config_map(namespace: &str, ca_pem: &str) -> ConfigMap {
     }
 }
 
-/// What the receiver answers, as JSON.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Answer {
-    /// [`REASON_STORED`], [`REASON_ALREADY_STORED`], or the refusal's reason.
-    pub reason: String,
-    /// What was wrong (names the header, field or rule), or what was stored.
-    pub message: String,
-}
-
 /// Why a result was not stored: the status and a reason the runner can
 /// act on.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -303,11 +278,6 @@ fn unavailable(what: &str, e: &kube::Error) -> Refusal {
         "Unavailable",
         format!("{what}: {e}"),
     )
-}
-
-/// `sha256:<hex>` of `bytes`.
-pub fn content_sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
 /// A request checked for form: method, path, headers, body length and
@@ -403,10 +373,10 @@ pub fn check_request(req: &Request<Bytes>) -> Result<Received, Refusal> {
             format!("the body is not a result document: {e}"),
         )
     })?;
-    if document.api_version != RESULT_API_VERSION || document.kind != "StepResult" {
+    if document.api_version != RESULT_API_VERSION || document.kind != RESULT_KIND {
         return Err(bad(
             "Document",
-            format!("apiVersion/kind must be {RESULT_API_VERSION}/StepResult"),
+            format!("apiVersion/kind must be {RESULT_API_VERSION}/{RESULT_KIND}"),
         ));
     }
     let operation = document
@@ -504,15 +474,6 @@ fn check_owner_job(pod: &Pod, job_uid: Option<&str>, job_name: &str) -> Result<(
         ));
     }
     Ok(())
-}
-
-/// The path an Apply runner fetches its plan from:
-/// `/v1/plans/<namespace>/<kind>/<name>/<operation id>/<attempt>`.
-pub fn plan_path(resource: &ResourceRef, operation_id: &str, attempt: i32) -> String {
-    format!(
-        "{PLANS_PATH}{}/{}/{}/{operation_id}/{attempt}",
-        resource.namespace, resource.kind, resource.name
-    )
 }
 
 /// A plan request checked for form; the token is checked after.
@@ -1394,7 +1355,8 @@ fn replay(stored: &ConfigMap, sha256: &str) -> Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::cli::ResourceRef;
+    use crate::protocol::receiver::plan_path;
+    use crate::protocol::result::{ErrorDoc, Outcome};
 
     const OP: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
     const FP: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
@@ -1422,7 +1384,14 @@ mod tests {
             "resolve git",
             op,
             Timestamp::now(),
-            &Err(crate::runner::StepError::failed("network")),
+            Err((
+                Outcome::Failed,
+                ErrorDoc {
+                    rule: None,
+                    file: None,
+                    message: "failed: network".into(),
+                },
+            )),
         );
         d.started_at = "2026-01-01T00:00:00Z".into();
         d.finished_at = d.started_at.clone();

@@ -204,9 +204,10 @@ use crate::api::status::{
 use crate::execution::job::OwnerKind;
 
 pub use super::common::{ApprovalSeen, REALM_RECHECK, RealmVerdict};
+/// A reading's verdict and the rows it keeps are the protocol's: the runner
+/// reads the same verdict before it runs anything.
+pub use crate::protocol::migrations::{HistoryVerdict, REVISIONS_MAX};
 
-/// `status.history.revisions` keeps at most this many rows.
-pub const REVISIONS_MAX: usize = 32;
 /// Each version list of `status.history` keeps at most this many versions.
 pub const VERSION_LIST_MAX: usize = 64;
 
@@ -301,23 +302,6 @@ pub enum Observation {
     /// The annotation copy of a hold, found while status has none (a restore
     /// that dropped status).
     RestoredFromAnnotation(UnresolvedRun),
-}
-
-/// One of the six verdicts of a history reading; the operator never guesses.
-#[derive(Clone, Debug, PartialEq)]
-pub enum HistoryVerdict {
-    /// The revision table is dirty.
-    Dirty,
-    /// A recorded migration's checksum no longer matches the artifact.
-    Modified,
-    /// A pending version sorts below one already applied.
-    OutOfOrder,
-    /// The database is ahead of the artifact.
-    Ahead,
-    /// Nothing is pending.
-    NothingPending,
-    /// A sequence is ready to plan: Ptah's own selection, in order.
-    Pending(Vec<PlannedMigration>),
 }
 
 /// A History Job's result.

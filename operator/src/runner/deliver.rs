@@ -1,5 +1,5 @@
-//! Delivery of the one result document to the manager's receiver
-//! ([`crate::execution::receiver`]): `POST --result-url` with the token from
+//! Delivery of the one result document to the manager's receiver (the
+//! protocol of [`crate::protocol::receiver`]): `POST --result-url` with the token from
 //! `--result-token-file`, trusting only `--result-ca-file` when given.
 //!
 //! Transient failures (no connection, a timeout, 408, 429, 5xx) are retried
@@ -27,12 +27,12 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::cli::CommonArgs;
-use super::{OperationRef, ResultDocument};
 use crate::api::plan::PLAN_MAX_BYTES;
-use crate::execution::receiver::{
+use crate::protocol::receiver::{
     Answer, CONTENT_SHA256_HEADER, PLAN_FINGERPRINT_HEADER, PLAN_NAME_HEADER, POD_NAME_HEADER,
     POD_UID_HEADER, REASON_ALREADY_STORED, RESULTS_PATH, content_sha256, plan_path,
 };
+use crate::protocol::result::{OperationRef, ResultDocument};
 
 /// The longest a delivery keeps retrying.
 pub const MAX_DELIVERY: Duration = Duration::from_secs(120);
@@ -661,7 +661,7 @@ mod tests {
     use crate::server::{Handler, Routes, Tls, serve};
 
     fn document() -> ResultDocument {
-        ResultDocument::new(
+        super::super::result_document(
             "resolve oci",
             None,
             Timestamp::now(),
@@ -805,7 +805,7 @@ mod tests {
         let op = OperationRef {
             operation_id: format!("sha256:{}", "ab".repeat(32)),
             attempt: 2,
-            resource: super::super::cli::ResourceRef {
+            resource: crate::protocol::args::ResourceRef {
                 kind: "PtahSchema".into(),
                 namespace: "shop".into(),
                 name: "orders".into(),
@@ -880,7 +880,7 @@ mod tests {
         OperationRef {
             operation_id: format!("sha256:{}", "ab".repeat(32)),
             attempt: 1,
-            resource: super::super::cli::ResourceRef {
+            resource: crate::protocol::args::ResourceRef {
                 kind: "PtahSchema".into(),
                 namespace: "shop".into(),
                 name: "orders".into(),

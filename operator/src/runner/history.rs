@@ -49,18 +49,19 @@ use crate::api::common::MigrationTransactionMode;
 use crate::api::journal::RunFailure;
 use crate::api::migration::RevisionRow;
 use crate::api::plan::PlannedMigration;
-use crate::execution::receiver::content_sha256;
-use crate::lifecycle::migration::REVISIONS_MAX;
 
-use super::cli::{ApplyArgs, DatabaseArgs, EngineArg};
+use super::StepError;
+use super::cli::{ApplyArgs, DatabaseArgs};
 use super::executor::{ChildRun, Executor};
 use super::identity::Target;
-use super::migrations::{
-    Direction, DirtyRevision, HISTORY_CONTRACT_VERSION, HistoryReport, RunOutcome, RunResult,
-    sequence_digest,
-};
 use super::reports::{ReportError, last_error_line};
-use super::{StepError, StepOutput};
+use crate::protocol::args::EngineArg;
+use crate::protocol::migrations::{
+    Direction, DirtyRevision, HISTORY_CONTRACT_VERSION, HistoryReport, HistoryVerdict,
+    REVISIONS_MAX, RunOutcome, RunResult, check_history, sequence_digest,
+};
+use crate::protocol::receiver::content_sha256;
+use crate::protocol::result::StepOutput;
 
 /// Ptah's revision table (native layout, default name).
 pub const REVISION_TABLE: &str = "schema_migrations";
@@ -938,7 +939,7 @@ pub async fn read_history(args: &DatabaseArgs, exec: &Executor) -> Result<Readin
         read_revision_table(args.engine, exec.db_url(), &target, args.connect_timeout).await?;
     let report = derive_history(args.engine, &status, &rows, &directory, &target.digest())
         .map_err(|e| StepError::failed(e.to_string()))?;
-    super::migrations::check_history(&report)
+    check_history(&report)
         .map_err(|e| StepError::failed(format!("the runner's own report: {e}")))?;
     Ok(Reading {
         status,
@@ -1724,15 +1725,13 @@ pub async fn run_migrations_with(
             ));
         }
     };
-    let reading = super::migrations::verdict(&before.report);
-    use crate::lifecycle::migration::HistoryVerdict as V;
-    let blocked = match &reading.verdict {
-        V::Dirty => Some("the history is dirty"),
-        V::Modified => Some("an applied migration was modified"),
-        V::OutOfOrder => Some("a pending migration is out of order"),
-        V::Ahead => Some("the database is ahead of the directory"),
-        V::NothingPending => Some("nothing is pending"),
-        V::Pending(_) => None,
+    let blocked = match before.report.verdict() {
+        HistoryVerdict::Dirty => Some("the history is dirty"),
+        HistoryVerdict::Modified => Some("an applied migration was modified"),
+        HistoryVerdict::OutOfOrder => Some("a pending migration is out of order"),
+        HistoryVerdict::Ahead => Some("the database is ahead of the directory"),
+        HistoryVerdict::NothingPending => Some("nothing is pending"),
+        HistoryVerdict::Pending(_) => None,
     };
     if let Some(why) = blocked {
         return Ok(failed_before(
@@ -1767,8 +1766,8 @@ pub async fn run_migrations_with(
     // anyway. An explicit mode is passed as given.
     match (&args.transaction_mode, db.engine) {
         (Some(mode), _) => argv.push(format!("--tx-mode={mode}")),
-        (None, super::cli::EngineArg::Mysql) => argv.push("--tx-mode=none".into()),
-        (None, super::cli::EngineArg::Postgresql) => {}
+        (None, EngineArg::Mysql) => argv.push("--tx-mode=none".into()),
+        (None, EngineArg::Postgresql) => {}
     }
     if !db.connect_timeout.is_zero() {
         argv.push(format!(
@@ -2350,8 +2349,6 @@ fn replace_after(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lifecycle::migration::HistoryVerdict;
-    use crate::runner::migrations::verdict;
 
     macro_rules! golden {
         ($engine:literal, $name:literal) => {
@@ -2495,15 +2492,15 @@ mod tests {
         }
     }
 
-    /// A status golden, its table and directory, through the manager's
-    /// verdict.
+    /// A status golden, its table and directory, held to the protocol's
+    /// checks as the manager holds it.
     fn reading(engine: &str, g: Golden, applied_from: &str, directory: &str) -> Reading {
         let status = parse_status(&of(g)).expect("the golden parses");
         let rows = table(&status, &dir(engine, applied_from));
         let directory = dir(engine, directory);
         let report =
             derive_history(engine_of(engine), &status, &rows, &directory, DIGEST).expect("derives");
-        crate::runner::migrations::check_history(&report).expect("the manager takes it");
+        check_history(&report).expect("the manager takes it");
         Reading {
             status,
             rows,
@@ -2545,7 +2542,7 @@ mod tests {
             "base",
             "base",
         );
-        let HistoryVerdict::Pending(seq) = verdict(&r.report).verdict else {
+        let HistoryVerdict::Pending(seq) = r.report.verdict() else {
             panic!("ready is a sequence");
         };
         assert_eq!(versions(&seq), [1, 2, 3]);
@@ -2563,7 +2560,7 @@ mod tests {
             "base",
             "base",
         );
-        assert_eq!(verdict(&r.report).verdict, HistoryVerdict::NothingPending);
+        assert_eq!(r.report.verdict(), HistoryVerdict::NothingPending);
         assert_eq!(r.report.applied_count, 3);
         assert_eq!(r.report.revisions[0].version, 3, "newest first");
         assert!(r.report.revisions[0].applied_at.is_some());
@@ -2574,7 +2571,7 @@ mod tests {
             "base",
             "modified",
         );
-        assert_eq!(verdict(&r.report).verdict, HistoryVerdict::Modified);
+        assert_eq!(r.report.verdict(), HistoryVerdict::Modified);
         assert_eq!(r.report.modified_versions, [2]);
 
         let r = reading(
@@ -2583,7 +2580,7 @@ mod tests {
             "base",
             "ahead",
         );
-        assert_eq!(verdict(&r.report).verdict, HistoryVerdict::Ahead);
+        assert_eq!(r.report.verdict(), HistoryVerdict::Ahead);
         assert_eq!(r.report.ahead_versions, [3]);
 
         let r = reading(
@@ -2592,7 +2589,7 @@ mod tests {
             "gap",
             "out-of-order",
         );
-        assert_eq!(verdict(&r.report).verdict, HistoryVerdict::OutOfOrder);
+        assert_eq!(r.report.verdict(), HistoryVerdict::OutOfOrder);
         assert_eq!(r.report.out_of_order_versions, [2]);
 
         let r = reading(
@@ -2601,7 +2598,7 @@ mod tests {
             "failing",
             "failing",
         );
-        assert_eq!(verdict(&r.report).verdict, HistoryVerdict::Dirty);
+        assert_eq!(r.report.verdict(), HistoryVerdict::Dirty);
         let d = r.report.dirty_revision.as_ref().expect("dirty");
         assert_eq!(
             (d.version, d.statements_applied, d.statements_total),
@@ -2619,7 +2616,7 @@ mod tests {
             "interrupted",
             "interrupted",
         );
-        assert_eq!(verdict(&r.report).verdict, HistoryVerdict::Dirty);
+        assert_eq!(r.report.verdict(), HistoryVerdict::Dirty);
         let d = r.report.dirty_revision.as_ref().expect("dirty");
         assert!(d.outcome_unknown, "Ptah's own marker");
         assert_eq!(d.state, "pending");
@@ -2635,7 +2632,7 @@ mod tests {
             "base",
         );
         assert!(
-            matches!(verdict(&r.report).verdict, HistoryVerdict::Pending(s) if versions(&s) == [1, 2, 3])
+            matches!(r.report.verdict(), HistoryVerdict::Pending(s) if versions(&s) == [1, 2, 3])
         );
         let r = reading(
             my,
@@ -2643,35 +2640,35 @@ mod tests {
             "base",
             "base",
         );
-        assert_eq!(verdict(&r.report).verdict, HistoryVerdict::NothingPending);
+        assert_eq!(r.report.verdict(), HistoryVerdict::NothingPending);
         let r = reading(
             my,
             golden!("mariadb", "migrations-status-modified"),
             "base",
             "modified",
         );
-        assert_eq!(verdict(&r.report).verdict, HistoryVerdict::Modified);
+        assert_eq!(r.report.verdict(), HistoryVerdict::Modified);
         let r = reading(
             my,
             golden!("mariadb", "migrations-status-ahead"),
             "base",
             "ahead",
         );
-        assert_eq!(verdict(&r.report).verdict, HistoryVerdict::Ahead);
+        assert_eq!(r.report.verdict(), HistoryVerdict::Ahead);
         let r = reading(
             my,
             golden!("mariadb", "migrations-status-out-of-order"),
             "gap",
             "out-of-order",
         );
-        assert_eq!(verdict(&r.report).verdict, HistoryVerdict::OutOfOrder);
+        assert_eq!(r.report.verdict(), HistoryVerdict::OutOfOrder);
         let r = reading(
             my,
             golden!("mariadb", "migrations-status-dirty"),
             "failing",
             "failing",
         );
-        assert_eq!(verdict(&r.report).verdict, HistoryVerdict::Dirty);
+        assert_eq!(r.report.verdict(), HistoryVerdict::Dirty);
         let d = r.report.dirty_revision.as_ref().expect("dirty");
         assert_eq!(
             d.statements_applied,
@@ -2685,7 +2682,7 @@ mod tests {
             "unknown",
             "unknown",
         );
-        assert_eq!(verdict(&r.report).verdict, HistoryVerdict::Dirty);
+        assert_eq!(r.report.verdict(), HistoryVerdict::Dirty);
         assert!(
             r.report
                 .dirty_revision
@@ -3053,7 +3050,7 @@ mod tests {
         assert_eq!(o.result, RunResult::Applied);
         assert_eq!(o.applied_versions, [1, 2, 3]);
         assert_eq!(o.target_identity_digest.as_deref(), Some(DIGEST));
-        crate::runner::migrations::check_run(&o).expect("the manager takes it");
+        crate::protocol::migrations::check_run(&o).expect("the manager takes it");
 
         // 4 applied, 5 failed at its third statement: Partial.
         let dirty = reading(
@@ -3090,7 +3087,7 @@ mod tests {
             message.contains("statement 3") && !message.contains("INSERT"),
             "{message}"
         );
-        crate::runner::migrations::check_run(&o).expect("the manager takes it");
+        crate::protocol::migrations::check_run(&o).expect("the manager takes it");
 
         // The same failure with nothing applied before it: Failed, selected.
         let up = parse_up(&of(golden!(

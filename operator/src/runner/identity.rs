@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 use super::StepError;
-use super::cli::EngineArg;
+use crate::protocol::args::EngineArg;
 
 /// The parts of a database URL that name the database, and nothing secret.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -61,7 +61,7 @@ impl Target {
     /// `sha256:` of the canonical JSON of these parts.
     pub fn digest(&self) -> String {
         let json = serde_json::to_vec(self).unwrap_or_default();
-        crate::execution::receiver::content_sha256(&json)
+        crate::protocol::receiver::content_sha256(&json)
     }
 
     /// The schema an unqualified table name lands in: PostgreSQL's first

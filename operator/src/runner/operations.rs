@@ -19,12 +19,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::cli::{ApplyArgs, DatabaseArgs, EngineArg};
-use super::database::{ApplyReport, DriftSummary, PlanOutcome, PlannedChange};
+use super::StepError;
+use super::cli::{ApplyArgs, DatabaseArgs};
 use super::executor::Executor;
 use super::identity::Target;
 use super::reports::{self, Planned, ReportError};
-use super::{StepError, StepOutput};
+use crate::protocol::args::EngineArg;
+use crate::protocol::database::{ApplyReport, DriftSummary, PlanOutcome, PlannedChange};
+use crate::protocol::result::StepOutput;
 
 /// The child's working directory under the Job's `work` emptyDir: empty, so
 /// Ptah loads no `ptah.yaml`.
@@ -164,7 +166,7 @@ pub async fn plan(
     let statement_count = i32::try_from(document.statements.len())
         .map_err(|_| StepError::failed("plan: more statements than a plan may hold"))?;
     let mut dialect_outcome = outcome(Some(PlannedChange {
-        content_digest: crate::execution::receiver::content_sha256(plan.as_bytes()),
+        content_digest: crate::protocol::receiver::content_sha256(plan.as_bytes()),
         plan,
         statement_count,
         destructive,

@@ -17,8 +17,8 @@ use serde::Deserialize;
 use crate::api::plan::PrivilegeChange;
 use crate::api::schema::{DriftCategory, DriftFinding, DriftSeverity};
 
-use super::database::{DriftSummary, MAX_FINDINGS};
 use super::executor::ChildRun;
+use crate::protocol::database::{DriftSummary, MAX_FINDINGS};
 
 /// What `schema plan` prints when the database already converged.
 pub const SYNCED: &str = "Schema is synced, no changes to be made.";
@@ -285,7 +285,7 @@ pub fn drift(run: &ChildRun) -> Result<Drift, ReportError> {
     findings.truncate(MAX_FINDINGS);
     Ok(Drift {
         summary: DriftSummary {
-            report_digest: crate::execution::receiver::content_sha256(doc),
+            report_digest: crate::protocol::receiver::content_sha256(doc),
             drift: report.drift,
             dialect: report.dialect.filter(|d| !d.is_empty()),
             finding_count: total,

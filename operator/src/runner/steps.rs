@@ -22,8 +22,9 @@ use super::cli::{
 use super::credentials::{git_credentials, read_optional, registry_credentials};
 use super::deliver::{self, Delivered, DeliveryError, FetchedPlan, PlanFetchError, Target};
 use super::operations;
-use super::{FileResult, OperationRef, PLAN_FILE, ResultDocument, StepError, StepOutput, budget};
-use crate::execution::receiver::{REASON_PLAN_REFUSED, content_sha256};
+use super::{PLAN_FILE, StepError, budget, result_document};
+use crate::protocol::receiver::{REASON_PLAN_REFUSED, content_sha256};
+use crate::protocol::result::{FileResult, OperationRef, ResultDocument, StepOutput};
 
 /// The largest verification policy read.
 const MAX_POLICY_BYTES: u64 = 1024 * 1024;
@@ -166,7 +167,7 @@ pub async fn run_step(command: Command) -> Finished {
         Err(e) => e.exit_code(),
     };
     let (operation, target) = operation.unzip();
-    let document = ResultDocument::new(step, operation, started, &result);
+    let document = result_document(step, operation, started, &result);
     let delivery = match target {
         None => None,
         Some(target) => {
@@ -1199,7 +1200,7 @@ mod tests {
     /// A receiver answering every plan request with `status`, `body` and
     /// the plan headers; the URL of its results path and its CA.
     async fn plan_receiver(status: u16, body: Vec<u8>, sha256: String) -> (String, String) {
-        use crate::execution::receiver::{
+        use crate::protocol::receiver::{
             CONTENT_SHA256_HEADER, PLAN_FINGERPRINT_HEADER, PLAN_NAME_HEADER, PLANS_PATH,
             POD_NAME_HEADER,
         };
@@ -1312,7 +1313,7 @@ mod tests {
     #[tokio::test]
     async fn a_plan_the_receiver_could_not_read_back_is_refused_naming_the_chunk() {
         let digest = content_sha256(PLAN_SQL);
-        let answer = serde_json::to_vec(&crate::execution::receiver::Answer {
+        let answer = serde_json::to_vec(&crate::protocol::receiver::Answer {
             reason: REASON_PLAN_REFUSED.into(),
             message:
                 "PtahSchemaPlanChunk orders-0123456789ab-001 of plan orders-0123456789ab: altered"

@@ -1,11 +1,14 @@
-//! What the migration operations answer the manager: the runner's side of the
-//! protocol for History and Apply, in the style of [`super::database`]. The
-//! runner fills these from Ptah's `migrations status --json` and `migrations
-//! up` (`docs/executor.md`: not on this machine yet, so `history` and `apply`
-//! still exit not implemented); the manager reads them from the result
-//! receiver, checks them ([`check_history`], [`check_run`]: a document that
-//! breaks the protocol gives no verdict) and hands them to the pure
-//! lifecycle through [`verdict`] and [`run_report`].
+//! What the migration operations answer the manager: the protocol for
+//! History and Apply, in the style of [`super::database`]. The runner fills
+//! these from Ptah's `migrations status --json` and `migrations up`
+//! (`docs/executor.md`); the manager reads them from the result receiver.
+//!
+//! Both ends hold a document to the same rules ([`check_history`],
+//! [`check_run`]: the runner before it sends its own, the manager before it
+//! believes one; a document that breaks them gives no verdict), read a
+//! reading's verdict the same way ([`HistoryReport::verdict`]: the runner
+//! refuses a run the verdict blocks, the manager steps its lifecycle with it)
+//! and compute the same [`sequence_digest`].
 //!
 //! The facts are Ptah's, carried as it reports them; the runner derives only
 //! what Ptah does not report (a modified checksum, a version the database has
@@ -18,15 +21,16 @@ use serde::{Deserialize, Serialize};
 use supplychain::contract::{self, ContractError};
 
 use crate::api::journal::RunFailure;
-use crate::api::migration::{MigrationHistory, RevisionRow};
+use crate::api::migration::RevisionRow;
 use crate::api::plan::PlannedMigration;
-use crate::lifecycle::migration::{
-    HistoryReading, HistoryVerdict, RunEnd, RunReport, VERSION_LIST_MAX, newest_revisions,
-};
 
 /// The version of this document's shape the runner writes; the manager
 /// refuses another.
 pub const HISTORY_CONTRACT_VERSION: i32 = 1;
+
+/// `status.history.revisions` keeps at most this many rows, and a History
+/// result carries no more.
+pub const REVISIONS_MAX: usize = 32;
 
 /// How a dirty revision row was being applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,7 +78,7 @@ pub struct HistoryReport {
     /// How many versions Ptah lists as applied.
     pub applied_count: i64,
     /// The rows read, newest first (the runner keeps at most
-    /// [`crate::lifecycle::migration::REVISIONS_MAX`]).
+    /// [`REVISIONS_MAX`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub revisions: Vec<RevisionRow>,
     /// Ptah's `dirty_revision`.
@@ -97,6 +101,64 @@ pub struct HistoryReport {
     pub history_fingerprint: String,
     /// Credential-free identity of the database read, derived in the Pod.
     pub target_identity_digest: String,
+}
+
+/// One of the six verdicts of a history reading; the operator never guesses.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HistoryVerdict {
+    /// The revision table is dirty.
+    Dirty,
+    /// A recorded migration's checksum no longer matches the artifact.
+    Modified,
+    /// A pending version sorts below one already applied.
+    OutOfOrder,
+    /// The database is ahead of the artifact.
+    Ahead,
+    /// Nothing is pending.
+    NothingPending,
+    /// A sequence is ready to plan: Ptah's own selection, in order.
+    Pending(Vec<PlannedMigration>),
+}
+
+impl HistoryReport {
+    /// Whether the table is dirty: Ptah's `dirty_revision`, or a dirty row.
+    pub fn dirty(&self) -> bool {
+        self.dirty_revision.is_some() || self.revisions.iter().any(|r| r.dirty)
+    }
+
+    /// The out-of-order versions: Ptah's list, then every pending version
+    /// below the newest applied one it did not list (out of order by the
+    /// seed's definition, whether or not Ptah listed it so).
+    pub fn out_of_order(&self) -> Vec<i64> {
+        let mut out_of_order = self.out_of_order_versions.clone();
+        out_of_order.extend(
+            self.pending
+                .iter()
+                .map(|m| m.version)
+                .filter(|v| *v < self.current_version && !self.out_of_order_versions.contains(v)),
+        );
+        out_of_order
+    }
+
+    /// The reading's verdict, in the seed's order: dirty, modified, out of
+    /// order, ahead, nothing pending, ready. Pure; it never guesses: each
+    /// verdict rests on a fact the report states, and the sequence is
+    /// Ptah's own list.
+    pub fn verdict(&self) -> HistoryVerdict {
+        if self.dirty() {
+            HistoryVerdict::Dirty
+        } else if !self.modified_versions.is_empty() {
+            HistoryVerdict::Modified
+        } else if !self.out_of_order().is_empty() {
+            HistoryVerdict::OutOfOrder
+        } else if !self.ahead_versions.is_empty() {
+            HistoryVerdict::Ahead
+        } else if self.pending.is_empty() {
+            HistoryVerdict::NothingPending
+        } else {
+            HistoryVerdict::Pending(self.pending.clone())
+        }
+    }
 }
 
 /// How a run ended, as the runner established it from Ptah's output and
@@ -221,7 +283,8 @@ fn check_failure(f: &RunFailure) -> Result<(), ReportError> {
     Ok(())
 }
 
-/// Checks a History result before [`verdict`] reads it: the shape's version,
+/// Checks a History result before its verdict is read (by the runner of its
+/// own report, by the manager of a harvested one): the shape's version,
 /// the digests, the counts, and Ptah's selection (each version once, each
 /// with its checksum).
 pub fn check_history(report: &HistoryReport) -> Result<(), ReportError> {
@@ -266,7 +329,7 @@ pub fn check_history(report: &HistoryReport) -> Result<(), ReportError> {
     Ok(())
 }
 
-/// Checks an Apply result before [`run_report`] reads it.
+/// Checks an Apply result before the manager reads it.
 pub fn check_run(outcome: &RunOutcome) -> Result<(), ReportError> {
     if outcome
         .target_identity_digest
@@ -322,109 +385,16 @@ pub fn sequence_digest(migrations: &[PlannedMigration]) -> Result<String, Contra
     contract::canonical_digest(&sequence)
 }
 
-/// The reading's verdict, in the seed's order: dirty, modified, out of order,
-/// ahead, nothing pending, ready. Pure; it never guesses: each verdict rests
-/// on a fact the report states, and the sequence is Ptah's own list.
-pub fn verdict(report: &HistoryReport) -> HistoryReading {
-    let dirty = report.dirty_revision.is_some() || report.revisions.iter().any(|r| r.dirty);
-    // A pending version below the newest applied one is out of order by the
-    // seed's definition, whether or not Ptah listed it so.
-    let mut out_of_order = report.out_of_order_versions.clone();
-    out_of_order.extend(
-        report
-            .pending
-            .iter()
-            .map(|m| m.version)
-            .filter(|v| *v < report.current_version && !report.out_of_order_versions.contains(v)),
-    );
-    let verdict = if dirty {
-        HistoryVerdict::Dirty
-    } else if !report.modified_versions.is_empty() {
-        HistoryVerdict::Modified
-    } else if !out_of_order.is_empty() {
-        HistoryVerdict::OutOfOrder
-    } else if !report.ahead_versions.is_empty() {
-        HistoryVerdict::Ahead
-    } else if report.pending.is_empty() {
-        HistoryVerdict::NothingPending
-    } else {
-        HistoryVerdict::Pending(report.pending.clone())
-    };
-    let bounded = |v: &[i64]| v.iter().copied().take(VERSION_LIST_MAX).collect::<Vec<_>>();
-    let history = MigrationHistory {
-        observed_at: None,
-        contract_version: Some(report.contract_version),
-        current_version: Some(report.current_version),
-        checkpoint_version: report.checkpoint_version,
-        applied_count: Some(report.applied_count),
-        pending_count: Some(report.pending.len() as i64),
-        fingerprint: Some(report.history_fingerprint.clone()),
-        target_identity_digest: Some(report.target_identity_digest.clone()),
-        dirty,
-        modified_versions: bounded(&report.modified_versions),
-        out_of_order_versions: bounded(&out_of_order),
-        ahead_versions: bounded(&report.ahead_versions),
-        revisions: newest_revisions(report.revisions.clone()),
-    };
-    HistoryReading { verdict, history }
-}
-
-/// The harvested run as the lifecycle reads it. A result that contradicts
-/// itself is not believed in the direction that would allow another Apply:
-/// applied with nothing named, or nothing to do with versions named, is
-/// `Unknown`; a failure at a statement, or versions applied, means the run
-/// had selected a migration.
-pub fn run_report(outcome: &RunOutcome, job_uid: Option<String>) -> RunReport {
-    let applied = !outcome.applied_versions.is_empty();
-    let contradiction = |what: &str| (RunEnd::Unknown { failure: None }, Some(what.to_string()));
-    let (end, note) = match &outcome.result {
-        RunResult::Applied if !applied => {
-            contradiction("the run reported applied but named no version")
-        }
-        RunResult::NothingToDo if applied => {
-            contradiction("the run reported nothing to do but named applied versions")
-        }
-        RunResult::Applied => (RunEnd::Applied, None),
-        RunResult::NothingToDo => (RunEnd::NothingToDo, None),
-        RunResult::Failed { selected, failure } => (
-            RunEnd::Failed {
-                selected: *selected || failure.is_some() || applied,
-                failure: failure.clone(),
-            },
-            None,
-        ),
-        RunResult::Partial { failure } => (
-            RunEnd::Partial {
-                failure: failure.clone(),
-            },
-            None,
-        ),
-        RunResult::Unknown { failure } => (
-            RunEnd::Unknown {
-                failure: failure.clone(),
-            },
-            None,
-        ),
-    };
-    RunReport {
-        outcome: end,
-        applied_versions: outcome.applied_versions.clone(),
-        job_uid,
-        target_identity_digest: outcome.target_identity_digest.clone(),
-        message: note.or_else(|| outcome.message.clone()),
-    }
-}
-
+/// Reports and runs for the tests on both ends of the protocol.
 #[cfg(test)]
-mod tests {
+pub(crate) mod fixtures {
     use super::*;
-    use crate::lifecycle::migration::REVISIONS_MAX;
 
-    fn digest(n: u8) -> String {
+    pub(crate) fn digest(n: u8) -> String {
         format!("sha256:{}", format!("{n:02x}").repeat(32))
     }
 
-    fn planned(version: i64) -> PlannedMigration {
+    pub(crate) fn planned(version: i64) -> PlannedMigration {
         PlannedMigration {
             version,
             version_key: None,
@@ -435,7 +405,7 @@ mod tests {
         }
     }
 
-    fn row(version: i64, dirty: bool) -> RevisionRow {
+    pub(crate) fn row(version: i64, dirty: bool) -> RevisionRow {
         RevisionRow {
             version,
             description: None,
@@ -447,7 +417,7 @@ mod tests {
     }
 
     /// Every fact that makes a verdict at once: the order decides.
-    fn everything() -> HistoryReport {
+    pub(crate) fn everything() -> HistoryReport {
         HistoryReport {
             contract_version: HISTORY_CONTRACT_VERSION,
             current_version: 5,
@@ -471,7 +441,7 @@ mod tests {
         }
     }
 
-    fn clean() -> HistoryReport {
+    pub(crate) fn clean() -> HistoryReport {
         HistoryReport {
             dirty_revision: None,
             modified_versions: vec![],
@@ -482,84 +452,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn verdicts_follow_the_seed_order_dirty_modified_out_of_order_ahead_nothing_ready() {
-        let mut r = everything();
-        assert_eq!(verdict(&r).verdict, HistoryVerdict::Dirty);
-        r.dirty_revision = None;
-        assert_eq!(verdict(&r).verdict, HistoryVerdict::Modified);
-        r.modified_versions.clear();
-        assert_eq!(verdict(&r).verdict, HistoryVerdict::OutOfOrder);
-        r.out_of_order_versions.clear();
-        r.pending = vec![planned(6)];
-        assert_eq!(verdict(&r).verdict, HistoryVerdict::Ahead);
-        r.ahead_versions.clear();
-        assert_eq!(
-            verdict(&r).verdict,
-            HistoryVerdict::Pending(vec![planned(6)])
-        );
-        r.pending.clear();
-        assert_eq!(verdict(&r).verdict, HistoryVerdict::NothingPending);
-    }
-
-    #[test]
-    fn a_dirty_row_alone_is_dirty() {
-        let mut r = clean();
-        r.revisions[4].dirty = true;
-        let reading = verdict(&r);
-        assert_eq!(reading.verdict, HistoryVerdict::Dirty);
-        assert!(reading.history.dirty);
-    }
-
-    #[test]
-    fn a_pending_version_below_the_current_is_out_of_order_even_unlisted() {
-        let mut r = clean();
-        r.pending = vec![planned(4), planned(6)];
-        let reading = verdict(&r);
-        assert_eq!(reading.verdict, HistoryVerdict::OutOfOrder);
-        assert_eq!(reading.history.out_of_order_versions, vec![4]);
-    }
-
-    #[test]
-    fn checkpoint_bootstrap_pending_is_ptahs_list_not_a_subtraction() {
-        // A fresh database; the directory holds 1..=10 and a checkpoint at 8.
-        // Ptah selects the checkpoint and what follows it: three, not ten.
-        let mut checkpoint = planned(8);
-        checkpoint.checkpoint = true;
-        let selection = vec![checkpoint, planned(9), planned(10)];
-        let r = HistoryReport {
-            current_version: 0,
-            applied_count: 0,
-            revisions: vec![],
-            pending: selection.clone(),
-            checkpoint_version: None,
-            ..clean()
-        };
-        let reading = verdict(&r);
-        assert_eq!(reading.verdict, HistoryVerdict::Pending(selection));
-        assert_eq!(reading.history.pending_count, Some(3));
-        assert_eq!(reading.history.applied_count, Some(0));
-        assert_eq!(reading.history.current_version, Some(0));
-    }
-
-    #[test]
-    fn the_reading_carries_fingerprint_identity_and_bounded_lists() {
-        let mut r = clean();
-        r.ahead_versions = (100..300).collect();
-        r.revisions = (1..=50).map(|v| row(v, false)).collect();
-        r.checkpoint_version = Some(1);
-        let h = verdict(&r).history;
-        assert_eq!(h.fingerprint, Some(digest(1)));
-        assert_eq!(h.target_identity_digest, Some(digest(2)));
-        assert_eq!(h.contract_version, Some(HISTORY_CONTRACT_VERSION));
-        assert_eq!(h.checkpoint_version, Some(1));
-        assert_eq!(h.ahead_versions.len(), VERSION_LIST_MAX);
-        assert_eq!(h.revisions.len(), REVISIONS_MAX);
-        assert_eq!(h.revisions[0].version, 50, "newest first");
-        assert_eq!(h.observed_at, None, "the manager's clock sets it");
-    }
-
-    fn run(result: RunResult, applied: Vec<i64>) -> RunOutcome {
+    pub(crate) fn run(result: RunResult, applied: Vec<i64>) -> RunOutcome {
         RunOutcome {
             result,
             applied_versions: applied,
@@ -568,7 +461,7 @@ mod tests {
         }
     }
 
-    fn failure() -> RunFailure {
+    pub(crate) fn failure() -> RunFailure {
         RunFailure {
             version: 6,
             statement_position: Some(2),
@@ -576,90 +469,12 @@ mod tests {
             mysql_errno: None,
         }
     }
+}
 
-    #[test]
-    fn run_reports_carry_the_end_versions_identity_and_job() {
-        let r = run_report(&run(RunResult::Applied, vec![6, 7]), Some("job-uid".into()));
-        assert_eq!(r.outcome, RunEnd::Applied);
-        assert_eq!(r.applied_versions, vec![6, 7]);
-        assert_eq!(r.job_uid.as_deref(), Some("job-uid"));
-        assert_eq!(r.target_identity_digest, Some(digest(2)));
-        assert_eq!(r.message.as_deref(), Some("done"));
-
-        let r = run_report(&run(RunResult::NothingToDo, vec![]), None);
-        assert_eq!(r.outcome, RunEnd::NothingToDo);
-
-        let partial = RunResult::Partial {
-            failure: Some(failure()),
-        };
-        let r = run_report(&run(partial, vec![6]), None);
-        assert_eq!(
-            r.outcome,
-            RunEnd::Partial {
-                failure: Some(failure())
-            }
-        );
-        let mysql = RunFailure {
-            sqlstate: Some("23000".into()),
-            mysql_errno: Some(1062),
-            ..failure()
-        };
-        let unknown = RunResult::Unknown {
-            failure: Some(mysql.clone()),
-        };
-        let r = run_report(&run(unknown, vec![]), None);
-        assert_eq!(
-            r.outcome,
-            RunEnd::Unknown {
-                failure: Some(mysql)
-            }
-        );
-    }
-
-    #[test]
-    fn a_failed_run_selected_only_when_it_ran_something() {
-        let before = RunResult::Failed {
-            selected: false,
-            failure: None,
-        };
-        let r = run_report(&run(before, vec![]), None);
-        assert_eq!(
-            r.outcome,
-            RunEnd::Failed {
-                selected: false,
-                failure: None
-            }
-        );
-        // A statement failed at the database: it had selected one.
-        let at_statement = RunResult::Failed {
-            selected: false,
-            failure: Some(failure()),
-        };
-        let r = run_report(&run(at_statement, vec![]), None);
-        assert_eq!(
-            r.outcome,
-            RunEnd::Failed {
-                selected: true,
-                failure: Some(failure())
-            }
-        );
-        // Versions applied: it had selected.
-        let ran = RunResult::Failed {
-            selected: false,
-            failure: None,
-        };
-        let r = run_report(&run(ran, vec![6]), None);
-        assert!(matches!(r.outcome, RunEnd::Failed { selected: true, .. }));
-    }
-
-    #[test]
-    fn a_self_contradicting_run_is_unknown() {
-        let r = run_report(&run(RunResult::Applied, vec![]), None);
-        assert_eq!(r.outcome, RunEnd::Unknown { failure: None });
-        assert!(r.message.is_some_and(|m| m.contains("named no version")));
-        let r = run_report(&run(RunResult::NothingToDo, vec![6]), None);
-        assert_eq!(r.outcome, RunEnd::Unknown { failure: None });
-    }
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
 
     #[test]
     fn outputs_round_trip_as_json() {

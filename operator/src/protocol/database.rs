@@ -1,9 +1,8 @@
-//! What the database operations answer the manager: the runner's side of the
-//! protocol for Observe, Plan and Apply. The runner fills these from the Ptah
-//! executor's outputs ([`super::operations`]); the
-//! manager reads them from the result receiver. Bounded by design: the drift
-//! report and the connection never leave the Pod, only their digests and
-//! aggregates do.
+//! What the database operations answer the manager: the protocol for
+//! Observe, Plan and Apply. The runner fills these from the Ptah executor's
+//! outputs (`runner::operations`); the manager reads them from the result
+//! receiver. Bounded by design: the drift report and the connection never
+//! leave the Pod, only their digests and aggregates do.
 
 use serde::{Deserialize, Serialize};
 
