@@ -123,31 +123,7 @@ fn usage_message(e: &clap::Error) -> String {
     } else {
         e.render().to_string()
     };
-    scrub_userinfo(text.trim_end())
-}
-
-/// Replaces the userinfo of every `scheme://userinfo@host` in `text`.
-fn scrub_userinfo(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find("://") {
-        let (head, tail) = rest.split_at(i + 3);
-        out.push_str(head);
-        let end = tail
-            .find(|c: char| c == '/' || c.is_whitespace() || c == '\'' || c == '"')
-            .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        match authority.rfind('@') {
-            Some(at) => {
-                out.push_str("[redacted]");
-                out.push_str(&authority[at..]);
-            }
-            None => out.push_str(authority),
-        }
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
-    out
+    runner::redact::userinfo(text.trim_end())
 }
 
 #[cfg(test)]
@@ -157,8 +133,8 @@ mod tests {
     #[test]
     fn userinfo_is_scrubbed() {
         assert_eq!(
-            scrub_userinfo("bad 'https://u:s3cret@git.example/x.git' and git://h/x"),
-            "bad 'https://[redacted]@git.example/x.git' and git://h/x"
+            runner::redact::userinfo("bad 'https://u:s3cret@git.example/x.git' and git://h/x"),
+            "bad 'https://u:***@git.example/x.git' and git://h/x"
         );
     }
 

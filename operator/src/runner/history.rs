@@ -54,6 +54,7 @@ use super::StepError;
 use super::cli::{ApplyArgs, DatabaseArgs};
 use super::executor::{ChildRun, Executor};
 use super::identity::Target;
+use super::reports::strip_comments;
 use super::reports::{ReportError, last_error_line};
 use crate::protocol::args::EngineArg;
 use crate::protocol::migrations::{
@@ -1370,47 +1371,6 @@ fn normal_statement(s: &str) -> String {
         .to_string()
 }
 
-/// `sql` without `--` and `/* */` comments (quotes kept).
-fn strip_comments(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len());
-    let mut chars = sql.chars().peekable();
-    let mut quote: Option<char> = None;
-    while let Some(c) = chars.next() {
-        match (quote, c) {
-            (Some(q), c) if c == q => {
-                quote = None;
-                out.push(c);
-            }
-            (Some(_), c) => out.push(c),
-            (None, '\'' | '"' | '`') => {
-                quote = Some(c);
-                out.push(c);
-            }
-            (None, '-') if chars.peek() == Some(&'-') => {
-                for c in chars.by_ref() {
-                    if c == '\n' {
-                        out.push('\n');
-                        break;
-                    }
-                }
-            }
-            (None, '/') if chars.peek() == Some(&'*') => {
-                chars.next();
-                let mut last = ' ';
-                for c in chars.by_ref() {
-                    if last == '*' && c == '/' {
-                        break;
-                    }
-                    last = c;
-                }
-                out.push(' ');
-            }
-            (None, c) => out.push(c),
-        }
-    }
-    out
-}
-
 /// The 1-based position of the failing statement: `applied + 1` when the
 /// statement there is `error_stmt` (Ptah recorded progress), else where
 /// `error_stmt` occurs exactly once among the statements from `applied` on
@@ -1888,25 +1848,11 @@ fn query_param(url: &url::Url, key: &str) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
+/// `s` percent-decoded, as a URL's login, password and database arrive.
 fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(b) = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 fn pg_ident(name: &str) -> String {

@@ -19,29 +19,14 @@ pub fn remember_url(url: &str) {
         && let Some(p) = parsed.password()
     {
         secrets.push(p.to_string());
-        if let Ok(decoded) = percent_decode(p) {
-            secrets.push(decoded);
-        }
+        secrets.push(
+            percent_encoding::percent_decode_str(p)
+                .decode_utf8_lossy()
+                .into_owned(),
+        );
     }
     secrets.retain(|s| s.len() >= 4);
     let _ = KNOWN.set(secrets);
-}
-
-fn percent_decode(s: &str) -> Result<String, ()> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).map_err(|_| ())?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| ())?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| ())
 }
 
 /// `text` with every known secret, every URL password and every
@@ -53,7 +38,7 @@ pub fn message(text: &str) -> String {
             out = out.replace(s.as_str(), "***");
         }
     }
-    out = url_passwords(&out);
+    out = userinfo(&out);
     out = key_values(&out);
     if out.len() > MAX_MESSAGE {
         let mut keep = MAX_MESSAGE - 3;
@@ -66,8 +51,9 @@ pub fn message(text: &str) -> String {
     out
 }
 
-/// `scheme://user:secret@host` becomes `scheme://user:***@host`.
-fn url_passwords(text: &str) -> String {
+/// `scheme://user:secret@host` becomes `scheme://user:***@host`, and
+/// `scheme://token@host` (a token as the login) `scheme://***@host`.
+pub fn userinfo(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find("://") {
@@ -80,6 +66,10 @@ fn url_passwords(text: &str) -> String {
         match (authority.rfind('@'), authority.find(':')) {
             (Some(at), Some(colon)) if colon < at => {
                 out.push_str(&authority[..=colon]);
+                out.push_str("***");
+                out.push_str(&authority[at..]);
+            }
+            (Some(at), _) => {
                 out.push_str("***");
                 out.push_str(&authority[at..]);
             }
@@ -123,7 +113,11 @@ mod tests {
         );
         let m = message("dsn host=db user=app password=hunter22 dbname=x");
         assert_eq!(m, "dsn host=db user=app password=*** dbname=x");
-        assert_eq!(message("mysql://app@db/x"), "mysql://app@db/x");
+        assert_eq!(message("mysql://app@db/x"), "mysql://***@db/x");
+        assert_eq!(
+            message("https://ghp_token@git.example/r"),
+            "https://***@git.example/r"
+        );
     }
 
     #[test]

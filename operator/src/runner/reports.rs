@@ -646,8 +646,8 @@ fn split_qualified(name: &str) -> Vec<String> {
     parts
 }
 
-/// The statement without `--` and `/* */` comments.
-fn strip_comments(sql: &str) -> String {
+/// The statement without `--` and `/* */` comments (quotes kept).
+pub(crate) fn strip_comments(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len());
     let mut chars = sql.chars().peekable();
     let mut quote: Option<char> = None;
