@@ -260,6 +260,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_deadline_reaches_the_child_as_sigterm_so_it_can_release_its_locks() {
+        let dir = tempfile::tempdir().unwrap();
+        let mark = dir.path().join("released");
+        let script = format!(
+            "trap 'echo released > {}; exit 143' TERM; sleep 30 & wait",
+            mark.display()
+        );
+        let e = sh(dir.path())
+            .run(&["-c".into(), script], Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, StepError::Deadline(_)), "{e}");
+        assert_eq!(std::fs::read_to_string(&mark).unwrap(), "released\n");
+    }
+
+    #[tokio::test]
     async fn a_deadline_ends_the_child() {
         let dir = tempfile::tempdir().unwrap();
         let e = sh(dir.path())
