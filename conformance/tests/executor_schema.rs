@@ -148,3 +148,127 @@ async fn a_configmap_schema_converges_on_postgresql() -> anyhow::Result<()> {
 async fn a_configmap_schema_converges_on_mariadb() -> anyhow::Result<()> {
     converges(Engine::MariaDb, "maria").await
 }
+
+/// A manager restarted while the schema is Suspended with a proof owed
+/// resumes into the proof (`VerifyingConvergence`), never a fresh read:
+/// status records what tells a resume from an edit, not the manager's memory.
+#[tokio::test]
+async fn a_restarted_manager_resumes_a_suspended_proof_into_verifying_convergence()
+-> anyhow::Result<()> {
+    use kube::api::{Patch, PatchParams};
+    let ns = TestNamespace::new(
+        harness().await,
+        "executor",
+        "resume",
+        NamespaceSpec::default()
+            .with_crds()
+            .with_service_account(Duration::from_secs(60)),
+    )
+    .await?;
+    let db = TestDatabase::create(ns.harness(), Engine::Postgres, ns.name())?;
+    executor::schema(&ns, &db, "orders").await?;
+    let mut manager = Manager::start(&ns, &ManagerSpec::default())?;
+    let quick = Patience::new(Duration::from_secs(120), Duration::from_millis(50));
+    let phase_of = |s: &PtahSchema| s.status.as_ref().and_then(|st| st.phase);
+
+    // Suspended while its Apply runs: the Apply ends, the proof is owed.
+    ns.until(&quick, "orders", "Applying", |s: &PtahSchema| {
+        phase_of(s) == Some(SchemaPhase::Applying)
+    })
+    .await
+    .with_context(|| manager.log())?;
+    let suspend = |on: bool| serde_json::json!({"spec": {"suspend": on}});
+    let schemas = ns.api::<PtahSchema>();
+    schemas
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(suspend(true)),
+        )
+        .await?;
+    let s = ns
+        .until(
+            &PATIENCE,
+            "orders",
+            "Suspended with a proof owed",
+            |s: &PtahSchema| {
+                phase_of(s) == Some(SchemaPhase::Suspended)
+                    && s.status
+                        .as_ref()
+                        .is_some_and(|st| st.pending_observation.is_some())
+            },
+        )
+        .await
+        .with_context(|| manager.log())?;
+    let owed = s
+        .status
+        .as_ref()
+        .and_then(|st| st.pending_observation.clone())
+        .context("the proof owed")?;
+
+    // Another manager process, which never saw the spec before the resume.
+    manager.kill();
+    let manager = Manager::start(&ns, &ManagerSpec::default())?;
+    schemas
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(suspend(false)),
+        )
+        .await?;
+    let seen = std::sync::Mutex::new(Vec::new());
+    ns.until(
+        &quick,
+        "orders",
+        "InSync after the proof",
+        |s: &PtahSchema| {
+            let mut seen = seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(p) = phase_of(s)
+                && seen.last() != Some(&p)
+            {
+                seen.push(p);
+            }
+            phase_of(s) == Some(SchemaPhase::InSync)
+        },
+    )
+    .await
+    .with_context(|| manager.log())?;
+    let seen = seen
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    assert!(
+        seen.contains(&SchemaPhase::VerifyingConvergence),
+        "the resume went to the proof: {seen:?}"
+    );
+    assert!(
+        !seen.contains(&SchemaPhase::Observing) && !seen.contains(&SchemaPhase::Planning),
+        "no fresh read after the resume: {seen:?}"
+    );
+    let s = get_schema(&ns).await?;
+    let st = s.status.as_ref().context("status")?;
+    let verified = st
+        .journal
+        .iter()
+        .rev()
+        .find(|e| e.type_ == JournalEntryType::Verified)
+        .context("Verified")?;
+    assert_eq!(
+        verified.reason,
+        Some(Reason::ScopedConverged),
+        "{verified:?}"
+    );
+    assert_eq!(
+        verified.operation_id.as_deref(),
+        Some(owed.apply_operation_id.as_str()),
+        "the proof verified the Apply it was owed for: {verified:?}"
+    );
+    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
+    drop(manager);
+    Ok(())
+}
+
+async fn get_schema(ns: &TestNamespace) -> anyhow::Result<PtahSchema> {
+    Ok(ns.api::<PtahSchema>().get("orders").await?)
+}

@@ -385,6 +385,7 @@ pub fn schema_example() -> PtahSchema {
     };
     schema.status = Some(PtahSchemaStatus {
         observed_generation: Some(3),
+        observed_spec_digest: Some(digest(40)),
         phase: Some(SchemaPhase::VerifyingConvergence),
         conditions: vec![
             condition(SchemaConditionType::Ready, Reason::ApplyPending),
@@ -528,6 +529,7 @@ pub fn migration_example() -> PtahMigration {
     migration.metadata = meta("orders");
     migration.status = Some(PtahMigrationStatus {
         observed_generation: Some(3),
+        observed_spec_digest: Some(digest(41)),
         phase: Some(MigrationPhase::Blocked),
         conditions: vec![condition(
             MigrationConditionType::Stalled,

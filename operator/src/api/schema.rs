@@ -386,6 +386,11 @@ pub struct PtahSchemaStatus {
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// `sha256:` of the spec this status describes, `spec.suspend` aside:
+    /// a generation that moved with this digest unchanged was a suspend or a
+    /// resume, which keeps a proof owed, whichever manager sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_spec_digest: Option<String>,
     /// Where the resource is; unset until its first read starts. A summary:
     /// decisions read the conditions.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -205,9 +205,8 @@ impl Pass<'_> {
             obs.push(Observation::Realm(runtime::census(self.ctx, me).await?));
         }
         match runtime::generation_move(
-            self.ctx,
-            &self.uid(),
             st.observed_generation,
+            st.observed_spec_digest.as_deref(),
             self.obj.metadata.generation,
             &self.obj.spec,
         ) {

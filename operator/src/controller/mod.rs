@@ -105,10 +105,6 @@ pub struct Context {
     pub receiver_ca_pem: String,
     /// Events.
     pub recorder: Recorder,
-    /// The spec digest (`spec.suspend` aside) each resource had at the
-    /// generation this manager last saw, by UID: what tells a resume from
-    /// an edit.
-    specs: std::sync::Mutex<std::collections::HashMap<String, (i64, String)>>,
 }
 
 impl Context {
@@ -138,7 +134,6 @@ impl Context {
             token_key,
             receiver_ca_pem,
             recorder,
-            specs: Default::default(),
         }
     }
 

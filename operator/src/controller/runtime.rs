@@ -706,34 +706,22 @@ where
 pub enum GenerationMove {
     /// Only `spec.suspend`: a suspend or a resume, which keeps a proof owed.
     SuspendOnly,
-    /// Anything else in the spec (or the manager cannot tell: it remembers
-    /// the spec only since it started).
+    /// Anything else in the spec (or status records no digest to tell by:
+    /// it was written by a release before the digest).
     Spec,
 }
 
-/// Compares the spec with the one this manager saw at the generation status
-/// observed, `spec.suspend` aside, and remembers this one.
+/// Compares the spec with the one status describes (its generation and
+/// spec digest, `spec.suspend` aside): status holds it, so any manager, and
+/// one restarted, tells a resume from an edit.
 pub fn generation_move<S: Serialize>(
-    ctx: &Context,
-    uid: &str,
     observed: Option<i64>,
+    observed_digest: Option<&str>,
     generation: Option<i64>,
     spec: &S,
 ) -> Option<GenerationMove> {
-    let digest = serde_json::to_value(spec).ok().map(|mut v| {
-        if let Some(o) = v.as_object_mut() {
-            o.remove("suspend");
-        }
-        crate::lifecycle::read_request::sha256_hex(v.to_string().as_bytes())
-    });
-    let mut seen = ctx
-        .specs
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let before = seen.get(uid).cloned();
-    if let (Some(g), Some(d)) = (generation, digest.clone()) {
-        seen.insert(uid.to_string(), (g, d));
-    }
+    let digest = crate::lifecycle::common::spec_digest(spec);
+    let before = observed.zip(observed_digest.map(str::to_string));
     classify(before.as_ref(), observed, generation, digest.as_deref())
 }
 
@@ -779,7 +767,7 @@ mod tests {
         assert_eq!(
             classify(None, Some(4), Some(5), Some("d")),
             Some(GenerationMove::Spec),
-            "a manager that never saw the old spec cannot tell"
+            "a status without a digest cannot tell"
         );
         assert_eq!(
             classify(Some(&(3, "d".into())), Some(4), Some(5), Some("d")),

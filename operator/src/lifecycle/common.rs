@@ -450,3 +450,31 @@ mod tests {
         );
     }
 }
+
+/// `sha256:` of `spec` without `suspend`: what tells a suspend or a resume
+/// from an edit, recorded in status beside the generation it describes.
+pub fn spec_digest<S: serde::Serialize>(spec: &S) -> Option<String> {
+    let mut v = serde_json::to_value(spec).ok()?;
+    if let Some(o) = v.as_object_mut() {
+        o.remove("suspend");
+    }
+    Some(format!(
+        "sha256:{}",
+        super::read_request::sha256_hex(v.to_string().as_bytes())
+    ))
+}
+
+#[cfg(test)]
+mod spec_digest_tests {
+    use super::spec_digest;
+
+    #[test]
+    fn the_spec_digest_ignores_suspend_alone() {
+        let a = serde_json::json!({"interval": "5m", "suspend": false});
+        let b = serde_json::json!({"interval": "5m", "suspend": true});
+        let c = serde_json::json!({"interval": "6m", "suspend": false});
+        assert_eq!(spec_digest(&a), spec_digest(&b));
+        assert_ne!(spec_digest(&a), spec_digest(&c));
+        assert!(spec_digest(&a).is_some_and(|d| d.starts_with("sha256:")));
+    }
+}

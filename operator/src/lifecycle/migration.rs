@@ -474,6 +474,7 @@ pub fn step(m: &PtahMigration, o: &Observation, now: &Time) -> Step {
         fx: Vec::new(),
     };
     machine.st.observed_generation = m.metadata.generation;
+    machine.st.observed_spec_digest = common::spec_digest(&m.spec);
     if machine.st.covered_since.is_none() {
         machine.st.covered_since = Some(now.clone());
     }

@@ -352,6 +352,7 @@ pub fn step(schema: &PtahSchema, observation: &Observation, now: &Time) -> Step 
         fx: Vec::new(),
     };
     m.st.observed_generation = schema.metadata.generation;
+    m.st.observed_spec_digest = common::spec_digest(&schema.spec);
     if m.st.covered_since.is_none() {
         m.st.covered_since = Some(now.clone());
     }
