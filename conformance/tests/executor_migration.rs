@@ -16,7 +16,7 @@ use conformance::harness::Harness;
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
 use conformance::testkit::manager::{Manager, ManagerSpec};
-use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
+use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::wait::Patience;
 use operator::api::condition::{MigrationConditionType, MigrationPhase, Reason};
 use operator::api::journal::JournalEntryType;
@@ -29,15 +29,7 @@ async fn harness() -> &'static Harness {
 const PATIENCE: Patience = Patience::new(Duration::from_secs(240), Duration::from_millis(250));
 
 async fn runs(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let ns = TestNamespace::new(
-        harness().await,
-        "exmig",
-        test,
-        NamespaceSpec::default()
-            .with_crds()
-            .with_service_account(Duration::from_secs(60)),
-    )
-    .await?;
+    let ns = TestNamespace::for_operator(harness().await, "exmig", test).await?;
     let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
     executor::migration(&ns, &db, "orders").await?;
     let manager = Manager::start(&ns, &ManagerSpec::default())?;

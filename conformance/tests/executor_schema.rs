@@ -22,7 +22,7 @@ use conformance::harness::Harness;
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
 use conformance::testkit::manager::{Manager, ManagerSpec};
-use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
+use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::wait::Patience;
 use operator::api::condition::{ConditionStatus, Reason, SchemaConditionType, SchemaPhase};
 use operator::api::journal::JournalEntryType;
@@ -40,15 +40,7 @@ fn target_digest(t: &Option<operator::api::schema::TargetStatus>) -> Option<Stri
 }
 
 async fn converges(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let ns = TestNamespace::new(
-        harness().await,
-        "executor",
-        test,
-        NamespaceSpec::default()
-            .with_crds()
-            .with_service_account(Duration::from_secs(60)),
-    )
-    .await?;
+    let ns = TestNamespace::for_operator(harness().await, "executor", test).await?;
     let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
     executor::schema(&ns, &db, "orders").await?;
     let manager = Manager::start(&ns, &ManagerSpec::default())?;
@@ -156,15 +148,7 @@ async fn a_configmap_schema_converges_on_mariadb() -> anyhow::Result<()> {
 async fn a_restarted_manager_resumes_a_suspended_proof_into_verifying_convergence()
 -> anyhow::Result<()> {
     use kube::api::{Patch, PatchParams};
-    let ns = TestNamespace::new(
-        harness().await,
-        "executor",
-        "resume",
-        NamespaceSpec::default()
-            .with_crds()
-            .with_service_account(Duration::from_secs(60)),
-    )
-    .await?;
+    let ns = TestNamespace::for_operator(harness().await, "executor", "resume").await?;
     let db = TestDatabase::create(ns.harness(), Engine::Postgres, ns.name())?;
     executor::schema(&ns, &db, "orders").await?;
     let mut manager = Manager::start(&ns, &ManagerSpec::default())?;

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 
 use conformance::harness::Harness;
 use conformance::testkit::manager::{Manager, ManagerSpec};
-use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
+use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::wait::Patience;
 use operator::api::condition::{MigrationConditionType, MigrationPhase, Reason, SchemaPhase};
 use operator::api::journal::JournalEntryType;
@@ -43,15 +43,7 @@ async fn harness() -> &'static Harness {
 const PATIENCE: Patience = Patience::new(Duration::from_secs(120), Duration::from_millis(250));
 
 async fn namespace(test: &str) -> anyhow::Result<TestNamespace> {
-    TestNamespace::new(
-        harness().await,
-        "migctl",
-        test,
-        NamespaceSpec::default()
-            .with_crds()
-            .with_service_account(Duration::from_secs(60)),
-    )
-    .await
+    TestNamespace::for_operator(harness().await, "migctl", test).await
 }
 
 /// A MariaDB URL whose server refuses every connection.

@@ -23,7 +23,7 @@ use conformance::harness::Harness;
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
 use conformance::testkit::manager::{Manager, ManagerSpec};
-use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
+use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::wait::Patience;
 use operator::api::condition::{MigrationPhase, SchemaPhase};
 use operator::api::migration::PtahMigration;
@@ -312,15 +312,7 @@ fn leaks(secrets: &Secrets, scanned: &[(String, String)]) -> Vec<String> {
 /// password: a schema and a migration driven to `InSync`. Answers the
 /// namespace, whose Pods' logs the scan must include.
 async fn run_the_executor(harness: &'static Harness) -> anyhow::Result<String> {
-    let ns = TestNamespace::new(
-        harness,
-        "nosecret",
-        "exec",
-        NamespaceSpec::default()
-            .with_crds()
-            .with_service_account(Duration::from_secs(60)),
-    )
-    .await?;
+    let ns = TestNamespace::for_operator(harness, "nosecret", "exec").await?;
     // The admin URLs themselves: their passwords are the harness's secrets.
     let pg = TestDatabase::admin(harness, Engine::Postgres)?;
     let maria = TestDatabase::admin(harness, Engine::MariaDb)?;

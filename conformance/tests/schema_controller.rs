@@ -40,7 +40,7 @@ use conformance::gitserve::{commit_files, create_repo};
 use conformance::harness::Harness;
 use conformance::testkit::git::endpoints;
 use conformance::testkit::manager::{Manager, ManagerSpec, free_port};
-use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
+use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::unique;
 use conformance::testkit::wait::Patience;
 use operator::api::condition::{Reason, SchemaConditionType, SchemaPhase};
@@ -58,15 +58,7 @@ async fn harness() -> &'static Harness {
 const PATIENCE: Patience = Patience::new(Duration::from_secs(120), Duration::from_millis(250));
 
 async fn namespace(test: &str) -> anyhow::Result<TestNamespace> {
-    TestNamespace::new(
-        harness().await,
-        "schemactl",
-        test,
-        NamespaceSpec::default()
-            .with_crds()
-            .with_service_account(Duration::from_secs(60)),
-    )
-    .await
+    TestNamespace::for_operator(harness().await, "schemactl", test).await
 }
 
 /// A database URL whose server refuses every connection: each read these

@@ -66,6 +66,19 @@ pub struct TestNamespace {
 }
 
 impl TestNamespace {
+    /// A namespace for a manager's resources: the CRDs installed, and the
+    /// service account the operation Pods run as (tokens of a minute).
+    pub async fn for_operator(
+        harness: &'static Harness,
+        prefix: &str,
+        test: &str,
+    ) -> anyhow::Result<TestNamespace> {
+        let spec = NamespaceSpec::default()
+            .with_crds()
+            .with_service_account(std::time::Duration::from_secs(60));
+        Self::new(harness, prefix, test, spec).await
+    }
+
     /// Makes the namespace as `spec` says. `prefix` tells which test file
     /// made it when one is left over; `test` which test.
     pub async fn new(

@@ -55,7 +55,7 @@ use super::cli::{ApplyArgs, DatabaseArgs};
 use super::executor::{ChildRun, Executor};
 use super::identity::Target;
 use super::reports::strip_comments;
-use super::reports::{ReportError, last_error_line};
+use super::reports::{ReportError, json_stdout, last_error_line, not_truncated};
 use crate::protocol::args::EngineArg;
 use crate::protocol::migrations::{
     Direction, DirtyRevision, HISTORY_CONTRACT_VERSION, HistoryReport, HistoryVerdict,
@@ -435,21 +435,6 @@ pub struct StatusRevision {
     pub checksum_current: Option<String>,
 }
 
-fn not_truncated(run: &ChildRun) -> Result<(), ReportError> {
-    for (cut, stream) in [
-        (run.stdout_truncated, "stdout"),
-        (run.stderr_truncated, "stderr"),
-    ] {
-        if cut {
-            return Err(ReportError::Truncated {
-                stream,
-                limit: run.limit,
-            });
-        }
-    }
-    Ok(())
-}
-
 /// Ptah's error line, cut before any driver text or statement (which can
 /// hold values), redacted and bounded: what a message may say.
 pub fn ptah_error(stderr: &[u8]) -> String {
@@ -495,19 +480,7 @@ pub fn parse_status(run: &ChildRun) -> Result<StatusDocument, ReportError> {
             });
         }
     }
-    let text = String::from_utf8_lossy(&run.stdout);
-    if !text.trim_start().starts_with('{') {
-        return Err(ReportError::Missing {
-            what: WHAT,
-            stream: "stdout",
-            exit: 0,
-        });
-    }
-    let doc: StatusDocument =
-        serde_json::from_slice(&run.stdout).map_err(|e| ReportError::Unparsable {
-            what: WHAT,
-            reason: e.to_string(),
-        })?;
+    let doc: StatusDocument = json_stdout(run, WHAT)?;
     check_status(&doc)?;
     Ok(doc)
 }

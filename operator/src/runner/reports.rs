@@ -170,7 +170,8 @@ fn json_document(stream: &[u8]) -> Option<&[u8]> {
     Some(text[at..].trim_end().as_bytes())
 }
 
-fn not_truncated(run: &ChildRun) -> Result<(), ReportError> {
+/// Refuses a run either of whose streams went past the bound.
+pub(crate) fn not_truncated(run: &ChildRun) -> Result<(), ReportError> {
     if run.stdout_truncated {
         return Err(ReportError::Truncated {
             stream: "stdout",
@@ -380,18 +381,7 @@ pub fn plan(run: &ChildRun) -> Result<Planned, ReportError> {
     if text.trim() == SYNCED {
         return Ok(Planned::Synced);
     }
-    if !text.trim_start().starts_with('{') {
-        return Err(ReportError::Missing {
-            what: WHAT,
-            stream: "stdout",
-            exit: 0,
-        });
-    }
-    let document: PlanDocument =
-        serde_json::from_slice(&run.stdout).map_err(|e| ReportError::Unparsable {
-            what: WHAT,
-            reason: e.to_string(),
-        })?;
+    let document: PlanDocument = json_stdout(run, WHAT)?;
     let invalid = |field, reason: &str| ReportError::Invalid {
         what: WHAT,
         field,
@@ -425,6 +415,27 @@ pub fn plan(run: &ChildRun) -> Result<Planned, ReportError> {
     Ok(Planned::Changes {
         bytes: run.stdout.clone(),
         document: Box::new(document),
+    })
+}
+
+/// The JSON document `what` that a run with exit 0 wrote on stdout.
+pub(crate) fn json_stdout<T: serde::de::DeserializeOwned>(
+    run: &ChildRun,
+    what: &'static str,
+) -> Result<T, ReportError> {
+    if !String::from_utf8_lossy(&run.stdout)
+        .trim_start()
+        .starts_with('{')
+    {
+        return Err(ReportError::Missing {
+            what,
+            stream: "stdout",
+            exit: run.exit,
+        });
+    }
+    serde_json::from_slice(&run.stdout).map_err(|e| ReportError::Unparsable {
+        what,
+        reason: e.to_string(),
     })
 }
 
