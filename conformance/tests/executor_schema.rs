@@ -141,9 +141,11 @@ async fn a_configmap_schema_converges_on_mariadb() -> anyhow::Result<()> {
     converges(Engine::MariaDb, "maria").await
 }
 
-/// A manager restarted while the schema is Suspended with a proof owed
-/// resumes into the proof (`VerifyingConvergence`), never a fresh read:
-/// status records what tells a resume from an edit, not the manager's memory.
+/// `spec.suspend` during a real Apply lets it finish and starts no Job; a
+/// manager restarted while the schema is Suspended with the proof owed
+/// resumes into the proof (`VerifyingConvergence`), never a fresh read
+/// (status records what tells a resume from an edit, not the manager's
+/// memory), and the Apply is never dispatched again.
 #[tokio::test]
 async fn a_restarted_manager_resumes_a_suspended_proof_into_verifying_convergence()
 -> anyhow::Result<()> {
@@ -189,10 +191,24 @@ async fn a_restarted_manager_resumes_a_suspended_proof_into_verifying_convergenc
         .as_ref()
         .and_then(|st| st.pending_observation.clone())
         .context("the proof owed")?;
+    let st = s.status.as_ref().context("status")?;
+    assert!(st.active_operation.is_none(), "suspended with no claim");
+    assert!(
+        st.journal
+            .iter()
+            .any(|e| e.type_ == JournalEntryType::ApplyFinished),
+        "the Apply ran to its end and its end is in the journal"
+    );
+    let jobs_suspended = job_names(&ns).await?;
 
     // Another manager process, which never saw the spec before the resume.
     manager.kill();
     let manager = Manager::start(&ns, &ManagerSpec::default())?;
+    assert_eq!(
+        job_names(&ns).await?,
+        jobs_suspended,
+        "no Job started while suspended"
+    );
     schemas
         .patch(
             "orders",
@@ -248,9 +264,30 @@ async fn a_restarted_manager_resumes_a_suspended_proof_into_verifying_convergenc
         Some(owed.apply_operation_id.as_str()),
         "the proof verified the Apply it was owed for: {verified:?}"
     );
+    // One Apply Job, never dispatched again: every other Job is a read.
+    let applies: Vec<_> = job_names(&ns)
+        .await?
+        .into_iter()
+        .filter(|n| n.starts_with("ptah-apply-"))
+        .collect();
+    assert_eq!(applies.len(), 1, "{applies:?}");
     ns.delete_all::<PtahSchema>(&PATIENCE).await?;
     drop(manager);
     Ok(())
+}
+
+/// The names of the namespace's Jobs, sorted.
+async fn job_names(ns: &TestNamespace) -> anyhow::Result<Vec<String>> {
+    let mut names: Vec<String> = ns
+        .api::<k8s_openapi::api::batch::v1::Job>()
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|j| j.name_any())
+        .collect();
+    names.sort();
+    Ok(names)
 }
 
 async fn get_schema(ns: &TestNamespace) -> anyhow::Result<PtahSchema> {

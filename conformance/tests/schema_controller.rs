@@ -21,9 +21,11 @@
 //! * The manager killed right after each durable write of the dispatch
 //!   protocol leaves one Job per attempt and no lost claim.
 //! * A dispatched Apply whose Job is gone (the state a crash and a deleted
-//!   Apply Pod leave; the test writes it, as no executor can run a real
-//!   Apply here) ends `ApplyOutcomeUnknown`, a read-only proof follows, and
-//!   no Apply Job is ever made again.
+//!   Apply Pod leave; the test still writes that state itself, a stand-in
+//!   for a kill point during a real Apply) ends `ApplyOutcomeUnknown`, a
+//!   read-only proof follows, and no Apply Job is ever made again.
+//!
+//! `spec.suspend` during a real Apply is in `executor_schema.rs`.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -1096,118 +1098,3 @@ async fn write_apply_claim(
 
 /// The reserved name of the Apply claim [`write_apply_claim`] writes.
 const APPLY_JOB: &str = "ptah-apply-orders-cdcdcdcdcdcdcdcd";
-
-#[tokio::test]
-async fn suspend_during_an_apply_lets_it_finish_and_starts_no_job() -> anyhow::Result<()> {
-    use conformance::harness::OPERATOR_IMAGE_PINNED;
-    use operator::api::annotations::SCHEMA_LABEL;
-    use operator::execution::job::{LABEL_MANAGED_BY, MANAGED_BY};
-    let ns = namespace("suspapply").await?;
-    db_secret(&ns).await?;
-    config_map(&ns, "schema", "CREATE TABLE a (id int);").await?;
-    ns.create::<PtahSchema>(schema("orders", cm_source("schema"), "orders", "1h"))
-        .await?;
-    let mut first = Manager::start(&ns, &ManagerSpec::default())?;
-    let s = failed_between_attempts(&ns, "orders")
-        .await
-        .with_context(|| first.log())?;
-    first.kill();
-
-    // An Apply under way: a stand-in for the executor's Job (not on this
-    // machine) under the claim's reserved name, owned and annotated as the
-    // manager makes it, that runs a few seconds and ends.
-    let operation = format!("sha256:{}", "cd".repeat(32));
-    let uid = s.metadata.uid.clone().context("uid")?;
-    let job = ns
-        .create::<Job>(json!({
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {
-                "name": APPLY_JOB,
-                "labels": {SCHEMA_LABEL: "orders", LABEL_MANAGED_BY: MANAGED_BY},
-                "annotations": {ANNOTATION_OPERATION_ID: operation, ANNOTATION_ATTEMPT: "1"},
-                "ownerReferences": [{
-                    "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
-                    "name": "orders", "uid": uid, "controller": true,
-                }],
-            },
-            "spec": {
-                "backoffLimit": 0,
-                "template": {"spec": {
-                    "restartPolicy": "Never",
-                    "automountServiceAccountToken": false,
-                    "containers": [{"name": "ptah", "image": OPERATOR_IMAGE_PINNED,
-                                    "command": ["sh", "-c", "sleep 6"]}],
-                }},
-            },
-        }))
-        .await?;
-    write_apply_claim(&ns, &s, &operation, job.metadata.uid.clone()).await?;
-    ns.api::<PtahSchema>()
-        .patch(
-            "orders",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"suspend": true}})),
-        )
-        .await?;
-    let before = jobs(&ns).await?.len();
-
-    let second = Manager::start(&ns, &ManagerSpec::default())?;
-    // The Apply is followed to its end, then the resource rests suspended
-    // with the proof owed and no claim: nothing new starts.
-    let s = until(&ns, "orders", "the Apply ended, suspended", |s| {
-        phase(s) == Some(SchemaPhase::Suspended)
-            && s.status.as_ref().is_some_and(|st| {
-                st.active_operation.is_none()
-                    && st
-                        .pending_observation
-                        .as_ref()
-                        .map(|p| p.apply_operation_id.as_str())
-                        == Some(operation.as_str())
-            })
-    })
-    .await
-    .with_context(|| second.log())?;
-    assert!(
-        s.status.as_ref().is_some_and(|st| st
-            .journal
-            .iter()
-            .any(|e| e.type_ == JournalEntryType::ApplyFinished)),
-        "the Apply's end is in the journal"
-    );
-    assert_eq!(
-        jobs(&ns).await?.len(),
-        before,
-        "no Job started while suspended"
-    );
-
-    // Resumed with a proof owed: the proof's read starts.
-    ns.api::<PtahSchema>()
-        .patch(
-            "orders",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"suspend": false}})),
-        )
-        .await?;
-    until(&ns, "orders", "the proof after the resume", |s| {
-        phase(s) == Some(SchemaPhase::VerifyingConvergence)
-            || s.status.as_ref().is_some_and(|st| {
-                st.pending_observation.is_some()
-                    && st
-                        .active_operation
-                        .as_ref()
-                        .is_some_and(|c| c.type_ == OperationType::Observe)
-            })
-    })
-    .await
-    .with_context(|| second.log())?;
-    assert!(
-        !jobs(&ns)
-            .await?
-            .iter()
-            .any(|(op, attempt, _)| *op == operation && attempt != "1"),
-        "the Apply was never dispatched again"
-    );
-    delete_all(&ns).await?;
-    drop(second);
-    Ok(())
-}
