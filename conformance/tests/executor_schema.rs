@@ -293,3 +293,93 @@ async fn job_names(ns: &TestNamespace) -> anyhow::Result<Vec<String>> {
 async fn get_schema(ns: &TestNamespace) -> anyhow::Result<PtahSchema> {
     Ok(ns.api::<PtahSchema>().get("orders").await?)
 }
+
+/// The manager killed right after it created a real Apply Job, and that Job
+/// deleted before the manager comes back: the dispatched Apply is never
+/// dispatched again. Its outcome is unknown (`ApplyFinished` Unknown), the
+/// read-only proof comes next, and the schema ends `InSync`.
+#[tokio::test]
+async fn a_dispatched_real_apply_whose_job_is_gone_is_never_replayed() -> anyhow::Result<()> {
+    use k8s_openapi::api::batch::v1::Job;
+    use kube::api::DeleteParams;
+    use operator::api::journal::JournalOutcome;
+    use operator::api::status::OperationType;
+    use operator::execution::job::ANNOTATION_OPERATION_ID;
+    let ns = TestNamespace::for_operator(harness().await, "executor", "lostapply").await?;
+    let db = TestDatabase::create(ns.harness(), Engine::Postgres, ns.name())?;
+    executor::schema(&ns, &db, "orders").await?;
+    let mut killed = Manager::start(
+        &ns,
+        &ManagerSpec {
+            fault_point: Some("after-job-create"),
+            fault_operation: Some("apply"),
+            ..ManagerSpec::default()
+        },
+    )?;
+    let status = killed.exited(Duration::from_secs(120)).await?;
+    assert_eq!(
+        status.code(),
+        Some(86),
+        "stopped at the fault point: {}",
+        killed.log()
+    );
+    let s = get_schema(&ns).await?;
+    let claim = s
+        .status
+        .as_ref()
+        .and_then(|st| st.active_operation.clone())
+        .context("the Apply claim")?;
+    assert_eq!(claim.type_, OperationType::Apply);
+    assert!(claim.dispatch_started);
+    let job = claim.job_name.clone().context("the reserved Job name")?;
+    let jobs = ns.api::<Job>();
+    jobs.delete(&job, &DeleteParams::foreground()).await?;
+    PATIENCE
+        .poll(&format!("Job {job} to go"), || {
+            let jobs = jobs.clone();
+            let job = job.clone();
+            async move { anyhow::Ok(jobs.get_opt(&job).await?.is_none().then_some(())) }
+        })
+        .await?;
+
+    let manager = Manager::start(&ns, &ManagerSpec::default())?;
+    let s = ns
+        .until(
+            &PATIENCE,
+            "orders",
+            "InSync after the lost Apply",
+            |s: &PtahSchema| s.status.as_ref().and_then(|st| st.phase) == Some(SchemaPhase::InSync),
+        )
+        .await
+        .with_context(|| manager.log())?;
+    let st = s.status.as_ref().context("status")?;
+    let lost = st
+        .journal
+        .iter()
+        .find(|e| {
+            e.type_ == JournalEntryType::ApplyFinished
+                && e.operation_id.as_deref() == Some(claim.operation_id.as_str())
+        })
+        .context("the lost Apply's end")?;
+    assert_eq!(lost.outcome, Some(JournalOutcome::Unknown), "{lost:?}");
+    let replays: Vec<String> = jobs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|j| j.annotations().get(ANNOTATION_OPERATION_ID) == Some(&claim.operation_id))
+        .map(|j| j.name_any())
+        .collect();
+    assert!(
+        replays.is_empty(),
+        "the lost Apply was dispatched again: {replays:?}"
+    );
+    assert_eq!(
+        db.tables()?,
+        ["orders"],
+        "the database converged all the same"
+    );
+    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
+    drop(manager);
+    Ok(())
+}

@@ -20,12 +20,9 @@
 //! * `spec.suspend` drops a read between attempts and starts no new Job.
 //! * The manager killed right after each durable write of the dispatch
 //!   protocol leaves one Job per attempt and no lost claim.
-//! * A dispatched Apply whose Job is gone (the state a crash and a deleted
-//!   Apply Pod leave; the test still writes that state itself, a stand-in
-//!   for a kill point during a real Apply) ends `ApplyOutcomeUnknown`, a
-//!   read-only proof follows, and no Apply Job is ever made again.
 //!
-//! `spec.suspend` during a real Apply is in `executor_schema.rs`.
+//! `spec.suspend` during a real Apply, and a real Apply whose Job is lost
+//! after a kill, are in `executor_schema.rs`.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -984,117 +981,3 @@ async fn a_git_branch_is_read_again_at_its_interval() -> anyhow::Result<()> {
     drop(manager);
     Ok(())
 }
-
-#[tokio::test]
-async fn a_dispatched_apply_whose_job_is_gone_is_never_replayed() -> anyhow::Result<()> {
-    use operator::api::journal::JournalOutcome;
-    let ns = namespace("lostapply").await?;
-    db_secret(&ns).await?;
-    config_map(&ns, "schema", "CREATE TABLE a (id int);").await?;
-    ns.create::<PtahSchema>(schema("orders", cm_source("schema"), "orders", "1h"))
-        .await?;
-    let mut first = Manager::start(&ns, &ManagerSpec::default())?;
-    let s = failed_between_attempts(&ns, "orders")
-        .await
-        .with_context(|| first.log())?;
-    first.kill();
-
-    // What the manager wrote before a crash in the middle of an Apply whose
-    // Pod was then deleted: the claim with dispatchStarted, no Job left. The
-    // executor is not here to run a real one (docs/executor.md).
-    let operation = format!("sha256:{}", "cd".repeat(32));
-    write_apply_claim(&ns, &s, &operation, None).await?;
-
-    let second = Manager::start(&ns, &ManagerSpec::default())?;
-    until(
-        &ns,
-        "orders",
-        "ApplyFinished with an unknown outcome",
-        |s| {
-            s.status.as_ref().is_some_and(|st| {
-                st.journal.iter().any(|e| {
-                    e.type_ == JournalEntryType::ApplyFinished
-                        && e.operation_id.as_deref() == Some(operation.as_str())
-                        && e.outcome == Some(JournalOutcome::Unknown)
-                })
-            })
-        },
-    )
-    .await
-    .with_context(|| second.log())?;
-    // A fresh read-only observation comes next, never a replay.
-    let proof = until(&ns, "orders", "the proof's Observe", |s| {
-        s.status.as_ref().is_some_and(|st| {
-            st.pending_observation.is_some()
-                && st
-                    .active_operation
-                    .as_ref()
-                    .is_some_and(|c| c.type_ == OperationType::Observe)
-        })
-    })
-    .await
-    .with_context(|| second.log())?;
-    assert_eq!(
-        proof
-            .status
-            .as_ref()
-            .and_then(|st| st.pending_observation.as_ref())
-            .map(|p| p.apply_operation_id.as_str()),
-        Some(operation.as_str())
-    );
-    let all = jobs(&ns).await?;
-    assert!(
-        !all.iter()
-            .any(|(_, _, name)| name.starts_with("ptah-apply-")),
-        "no Apply Job was ever made again: {all:?}"
-    );
-    delete_all(&ns).await?;
-    drop(second);
-    Ok(())
-}
-
-/// Writes into `s`'s status what the manager writes when it dispatches an
-/// Apply of the plan `orders-1`: the claim with `dispatchStarted`, bound to
-/// the source the read before it had. The executor is not here to run a real
-/// Apply (docs/executor.md), so tests write the state one leaves.
-async fn write_apply_claim(
-    ns: &TestNamespace,
-    s: &PtahSchema,
-    operation: &str,
-    job_uid: Option<String>,
-) -> anyhow::Result<()> {
-    let st = s.status.as_ref().context("status")?;
-    let read = st.active_operation.as_ref().context("the read's claim")?;
-    let fingerprint = format!("sha256:{}", "ef".repeat(32));
-    let mut status = serde_json::to_value(st)?;
-    status["phase"] = json!("Applying");
-    status["plan"] = json!({
-        "name": "orders-1", "uid": "plan-uid-1", "fingerprint": fingerprint,
-        "contentDigest": format!("sha256:{}", "12".repeat(32)),
-    });
-    status["activeOperation"] = json!({
-        "type": "Apply",
-        "operationID": operation,
-        "inputFingerprint": format!("sha256:{}", "34".repeat(32)),
-        "jobName": APPLY_JOB,
-        "jobUID": job_uid,
-        "attempt": 1,
-        "startedAt": "2026-11-30T08:00:00Z",
-        "dispatchStarted": true,
-        "source": read.source,
-        "coordinationDigest": read.coordination_digest,
-        "planName": "orders-1",
-        "planUID": "plan-uid-1",
-        "planFingerprint": fingerprint,
-        "authorization": "Policy",
-    });
-    let mut obj = s.clone();
-    obj.status = Some(serde_json::from_value(status)?);
-    ns.api::<PtahSchema>()
-        .replace_status("orders", &Default::default(), &obj)
-        .await?;
-    Ok(())
-}
-
-/// The reserved name of the Apply claim [`write_apply_claim`] writes.
-const APPLY_JOB: &str = "ptah-apply-orders-cdcdcdcdcdcdcdcd";

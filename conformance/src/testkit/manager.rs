@@ -24,6 +24,8 @@ pub struct Manager {
 pub struct ManagerSpec {
     /// `--fault-point`.
     pub fault_point: Option<&'static str>,
+    /// `--fault-operation`: the fault point stops only at this operation.
+    pub fault_operation: Option<&'static str>,
     /// `--lease-duration-seconds`.
     pub lease_duration_seconds: Option<i32>,
     /// The receiver's port; one the system picks when unset. A manager
@@ -79,6 +81,9 @@ impl Manager {
             .stderr(out);
         if let Some(f) = spec.fault_point {
             cmd.arg(format!("--fault-point={f}"));
+        }
+        if let Some(op) = spec.fault_operation {
+            cmd.arg(format!("--fault-operation={op}"));
         }
         if let Some(s) = spec.lease_duration_seconds {
             cmd.arg(format!("--lease-duration-seconds={s}"));

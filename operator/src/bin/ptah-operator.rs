@@ -52,8 +52,13 @@ struct Args {
     /// The executor image (Ptah CLI and ptah-runner), by digest.
     #[arg(long, env = "PTAH_EXECUTOR_IMAGE")]
     executor_image: String,
-    /// Version of Ptah in the executor image.
-    #[arg(long, default_value = "v0.23.0", env = "PTAH_VERSION")]
+    /// Version of Ptah in the executor image (the pinned build's, as
+    /// `conformance/tools/pins.env` names it).
+    #[arg(
+        long,
+        default_value = "v0.2.1-0.20260822223425-58c9f30d305f",
+        env = "PTAH_VERSION"
+    )]
     ptah_version: String,
     /// Namespace of the realm Leases.
     #[arg(
@@ -77,6 +82,24 @@ struct Args {
     /// Test-only: exit with code 86 right after this durable write.
     #[arg(long, value_enum, hide = true)]
     fault_point: Option<FaultPoint>,
+    /// Test-only: the fault point stops only at this operation's claim
+    /// (`observe`, `plan`, `apply`, …); every operation's without it.
+    #[arg(long, value_parser = parse_operation, hide = true)]
+    fault_operation: Option<ptah_operator::api::status::OperationType>,
+}
+
+fn parse_operation(s: &str) -> Result<ptah_operator::api::status::OperationType, String> {
+    serde_json::from_value(serde_json::Value::String(
+        s.chars()
+            .next()
+            .map(|c| c.to_ascii_uppercase())
+            .into_iter()
+            .chain(s.chars().skip(1))
+            .collect(),
+    ))
+    .map_err(|_| {
+        format!("{s:?} is not an operation (resolve, verify, observe, plan, history, apply)")
+    })
 }
 
 /// The execution epoch of a set of components: `v1-` and 32 hex digits of
@@ -165,6 +188,7 @@ async fn main() -> anyhow::Result<()> {
         execution,
         harvested_ttl_seconds: args.harvested_ttl_seconds,
         fault_point: args.fault_point,
+        fault_operation: args.fault_operation,
         watch_namespace: args.watch_namespace.clone(),
     };
     tracing::info!(listen = %local, receiver = %config.receiver_url, "manager starting");

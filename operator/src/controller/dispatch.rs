@@ -117,6 +117,7 @@ mod tests {
             },
             harvested_ttl_seconds: 300,
             fault_point: None,
+            fault_operation: None,
             watch_namespace: None,
         }
     }

@@ -54,7 +54,7 @@ pub async fn reconcile(obj: Arc<PtahMigration>, ctx: Arc<Context>) -> Result<Act
         ns,
         obj: current,
         requeue: Requeue::default(),
-        harvested: false,
+        harvested: None,
         plans_moved: false,
         snapshot_taken: false,
     };
@@ -67,8 +67,8 @@ struct Pass<'a> {
     ns: String,
     obj: PtahMigration,
     requeue: Requeue,
-    /// This pass read a Job's outcome.
-    harvested: bool,
+    /// This pass read the outcome of a Job of this operation.
+    harvested: Option<OperationType>,
     /// This pass published or retired a plan.
     plans_moved: bool,
     snapshot_taken: bool,
@@ -306,7 +306,7 @@ impl Pass<'_> {
         job: Option<&Job>,
     ) -> Result<Observation, Error> {
         let stored = runtime::stored_result(self.ctx, &self.ns, c).await?;
-        self.harvested = true;
+        self.harvested = Some(c.type_);
         let Some(r) = stored else {
             return Ok(match (c.type_, job) {
                 (OperationType::Apply, _) | (_, None) => Observation::JobLost,
@@ -570,7 +570,7 @@ impl Pass<'_> {
                 }
                 Dispatch::Created(uid) => {
                     self.record_job_uid(c, uid).await?;
-                    self.ctx.fault(FaultPoint::AfterJobUid);
+                    self.ctx.fault(FaultPoint::AfterJobUid, c.type_);
                     None
                 }
             },
@@ -638,8 +638,8 @@ impl Pass<'_> {
     // ----- after the outcome is written ---------------------------------------
 
     async fn cleanup(&mut self) -> Result<(), Error> {
-        if std::mem::take(&mut self.harvested) {
-            self.ctx.fault(FaultPoint::AfterOutcome);
+        if let Some(op) = self.harvested.take() {
+            self.ctx.fault(FaultPoint::AfterOutcome, op);
         }
         let claim = self.status().active_operation;
         let selector = migration_dispatch::jobs_of(&self.name());

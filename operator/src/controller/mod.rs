@@ -36,6 +36,8 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
+
+use crate::api::status::OperationType;
 use kube::{Client, ResourceExt};
 
 use crate::api::approval::{
@@ -87,6 +89,8 @@ pub struct Config {
     pub harvested_ttl_seconds: i32,
     /// Test-only: stop the process at this point of the protocol.
     pub fault_point: Option<FaultPoint>,
+    /// Test-only: the fault point stops only at this operation's claim.
+    pub fault_operation: Option<OperationType>,
     /// Watch only this namespace (tests and single-namespace installs).
     pub watch_namespace: Option<String>,
 }
@@ -137,9 +141,12 @@ impl Context {
         }
     }
 
-    /// Stops the process if the test asked for a fault at `point`.
-    fn fault(&self, point: FaultPoint) {
-        if self.config.fault_point == Some(point) {
+    /// Stops the process if the test asked for a fault at `point` of an
+    /// `op` claim.
+    fn fault(&self, point: FaultPoint, op: OperationType) {
+        if self.config.fault_point == Some(point)
+            && self.config.fault_operation.is_none_or(|o| o == op)
+        {
             tracing::warn!(?point, "stopping at the requested fault point");
             std::process::exit(FAULT_EXIT_CODE);
         }

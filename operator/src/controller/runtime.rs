@@ -386,7 +386,7 @@ pub async fn create_job(
         Err(e) => return Err(kube_err(format!("creating Job {job_name}"))(e)),
     };
     tracing::info!(namespace = ns, job = %job_name, operation = ?c.type_, "Job created");
-    ctx.fault(FaultPoint::AfterJobCreate);
+    ctx.fault(FaultPoint::AfterJobCreate, c.type_);
     Ok(Dispatched::Created(uid))
 }
 
@@ -645,7 +645,7 @@ pub async fn dispatch<K>(
 where
     K: Resource<DynamicType = ()>,
 {
-    ctx.fault(FaultPoint::AfterClaim);
+    ctx.fault(FaultPoint::AfterClaim, c.type_);
     let ns = obj.namespace().unwrap_or_default();
     let owner_uid = obj.meta().uid.clone().unwrap_or_default();
     let dispatched = match before_dispatch(ctx, &ns, src, c).await? {

@@ -53,7 +53,7 @@ pub async fn reconcile(obj: Arc<PtahSchema>, ctx: Arc<Context>) -> Result<Action
         ns,
         obj: current,
         requeue: Requeue::default(),
-        harvested: false,
+        harvested: None,
         plans_moved: false,
         snapshot_taken: false,
     };
@@ -66,8 +66,8 @@ struct Pass<'a> {
     ns: String,
     obj: PtahSchema,
     requeue: Requeue,
-    /// This pass read a Job's outcome.
-    harvested: bool,
+    /// This pass read the outcome of a Job of this operation.
+    harvested: Option<OperationType>,
     /// This pass published or retired a plan.
     plans_moved: bool,
     snapshot_taken: bool,
@@ -327,7 +327,7 @@ impl Pass<'_> {
         job: Option<&Job>,
     ) -> Result<Observation, Error> {
         let stored = runtime::stored_result(self.ctx, &self.ns, c).await?;
-        self.harvested = true;
+        self.harvested = Some(c.type_);
         let now = now();
         Ok(match (stored, job) {
             (Some(r), _) => {
@@ -577,7 +577,7 @@ impl Pass<'_> {
                 }
                 Dispatch::Created(uid) => {
                     self.record_job_uid(c, uid).await?;
-                    self.ctx.fault(FaultPoint::AfterJobUid);
+                    self.ctx.fault(FaultPoint::AfterJobUid, c.type_);
                     None
                 }
             },
@@ -692,8 +692,8 @@ impl Pass<'_> {
     /// operation that is over. A sweep rather than a memory of this pass, so
     /// a manager stopped right after an outcome was written still cleans up.
     async fn cleanup(&mut self) -> Result<(), Error> {
-        if std::mem::take(&mut self.harvested) {
-            self.ctx.fault(FaultPoint::AfterOutcome);
+        if let Some(op) = self.harvested.take() {
+            self.ctx.fault(FaultPoint::AfterOutcome, op);
         }
         let claim = self.status().active_operation;
         let selector = dispatch::jobs_of(&self.name());

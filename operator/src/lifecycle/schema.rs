@@ -674,6 +674,16 @@ impl Machine<'_> {
         self.settle(SchemaPhase::Verifying, Reason::OperationInProgress, "");
     }
 
+    /// The owed proof lost the Apply's Lease (its interval lapsed or another
+    /// holder took it): reading under that epoch again could never keep
+    /// continuity, so the next proof's Plan takes a Lease of its own.
+    fn forget_proof_lease(&mut self) {
+        if let Some(p) = self.st.pending_observation.as_mut() {
+            p.lease_epoch = None;
+            p.lease_duration_seconds = None;
+        }
+    }
+
     /// The proof's Observe, under the Apply's Lease.
     fn start_proof(&mut self) {
         let Some(p) = self.st.pending_observation.clone() else {
@@ -1319,8 +1329,10 @@ impl Machine<'_> {
         match verdict {
             PlanVerdict::TargetMoved if proof => self.target_moved_in_proof(claim),
             PlanVerdict::LockLost if proof => {
-                // The proof's result is discarded; it is owed again next pass.
+                // The proof's result is discarded; it is owed again next pass,
+                // under a Lease of its own: the Apply's interval is over.
                 self.st.active_operation = None;
+                self.forget_proof_lease();
                 self.event(
                     true,
                     Reason::LeaseContinuityLost,
@@ -1683,6 +1695,7 @@ impl Machine<'_> {
             OperationType::Apply => {}
             _ if self.proof_owed() => {
                 self.st.active_operation = None;
+                self.forget_proof_lease();
                 self.fx.push(Effect::RequeueAt(self.now.clone()));
                 self.settle(SchemaPhase::Pending, Reason::LeaseContinuityLost, "");
             }

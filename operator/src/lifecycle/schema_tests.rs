@@ -1515,6 +1515,32 @@ fn pending_with_proof_owed_goes_verifying_convergence() {
 }
 
 #[test]
+fn a_proof_that_lost_the_apply_lease_is_owed_again_under_a_lease_of_its_own() {
+    let mut s = proving_plan(true);
+    assert!(
+        st(&s)
+            .pending_observation
+            .as_ref()
+            .is_some_and(|p| p.lease_epoch.is_some()),
+        "the proof reads under the Apply's Lease"
+    );
+    run(&mut s, Observation::LeaseContinuityLost, 12);
+    run(&mut s, no_change(), 13);
+    let owed = st(&s)
+        .pending_observation
+        .clone()
+        .expect("the proof stays owed");
+    assert_eq!(
+        owed.lease_epoch, None,
+        "the lapsed epoch is not read under again"
+    );
+    run(&mut s, Observation::Pass, 14);
+    let c = claim(&s).expect("the proof's Observe");
+    assert_eq!(c.type_, OperationType::Observe);
+    assert_eq!(c.lease_epoch, None);
+}
+
+#[test]
 fn suspended_resumed_goes_resolving() {
     let mut s = schema("oci");
     s.spec.suspend = true;
