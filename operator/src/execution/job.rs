@@ -138,8 +138,8 @@ pub const OPERATION_CONTAINER: &str = "ptah";
 pub const SOURCE_CONTAINER: &str = "source";
 /// The key of the per-operation result token Secret.
 pub const RESULT_TOKEN_KEY: &str = "token";
-/// The largest Job name (it becomes the Pod's `job-name` label value).
-pub const MAX_JOB_NAME: usize = 63;
+use crate::protocol::naming::{self, is_dns_label, is_dns_subdomain, sha256_hex};
+pub use crate::protocol::naming::{MAX_JOB_NAME, OwnerKind, operation_name};
 
 /// `app.kubernetes.io/managed-by`.
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -182,15 +182,6 @@ const SOURCE_POLICY_DIR: &str = "/source-policy";
 const RESULT_TOKEN_DIR: &str = "/var/run/ptah/result";
 const RECEIVER_CA_DIR: &str = "/var/run/ptah/receiver-ca";
 
-/// The kind of the resource that owns the operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OwnerKind {
-    /// A PtahSchema.
-    PtahSchema,
-    /// A PtahMigration.
-    PtahMigration,
-}
-
 impl OwnerKind {
     fn kind(self) -> String {
         match self {
@@ -217,13 +208,6 @@ impl OwnerKind {
         match self {
             Self::PtahSchema => "schema-operation",
             Self::PtahMigration => "migration-operation",
-        }
-    }
-
-    fn name_prefix(self) -> &'static str {
-        match self {
-            Self::PtahSchema => "ptah-",
-            Self::PtahMigration => "ptah-m-",
         }
     }
 }
@@ -467,40 +451,9 @@ fn invalid(field: &'static str, value: &str, reason: &'static str) -> JobBuildEr
     }
 }
 
-/// The operation's lower-case name, as the label, the Job name and the
-/// runner's subcommand spell it.
-pub fn operation_name(op: OperationType) -> &'static str {
-    match op {
-        OperationType::Resolve => command::RESOLVE,
-        OperationType::Verify => command::VERIFY,
-        OperationType::Observe => command::OBSERVE,
-        OperationType::Plan => command::PLAN,
-        OperationType::History => command::HISTORY,
-        OperationType::Apply => command::APPLY,
-    }
-}
-
-fn sha256_hex(digest: &str) -> Option<&str> {
-    let hex = digest.strip_prefix("sha256:")?;
-    (hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))).then_some(hex)
-}
-
 fn check_digest<'a>(field: &'static str, value: &'a str) -> Result<&'a str, JobBuildError> {
     sha256_hex(value)
         .ok_or_else(|| invalid(field, value, "must be sha256: and 64 lowercase hex digits"))
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-'))
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 fn check_subdomain(field: &'static str, value: &str) -> Result<(), JobBuildError> {
@@ -546,27 +499,13 @@ pub fn job_name(
     operation_id: &str,
     attempt: i32,
 ) -> Result<String, JobBuildError> {
-    let hex = check_digest("claim.operationID", operation_id)?;
-    if attempt < 1 {
-        return Err(invalid(
-            "claim.attempt",
-            &attempt.to_string(),
-            "must be at least 1",
-        ));
-    }
-    check_subdomain("metadata.name", resource)?;
-    let prefix = format!("{}{}-", kind.name_prefix(), operation_name(operation));
-    let suffix = if attempt == 1 {
-        format!("-{}", &hex[..16])
-    } else {
-        format!("-{}-{attempt}", &hex[..16])
-    };
-    let room = MAX_JOB_NAME.saturating_sub(prefix.len() + suffix.len());
-    let middle: String = resource.replace('.', "-").chars().take(room).collect();
-    let middle = middle.trim_end_matches('-');
-    let name = format!("{prefix}{middle}{suffix}");
-    debug_assert!(name.len() <= MAX_JOB_NAME && is_dns_label(&name));
-    Ok(name)
+    naming::job_name(kind, operation, resource, operation_id, attempt).map_err(|e| {
+        JobBuildError::Invalid {
+            field: e.field,
+            value: e.value,
+            reason: e.reason,
+        }
+    })
 }
 
 fn env(name: &str, value: impl Into<String>) -> EnvVar {

@@ -17,7 +17,7 @@ use crate::api::condition::Reason;
 use crate::api::journal::{JournalEntry, JournalEntryType};
 use crate::api::source::{SourceKind, SourceStatus};
 use crate::api::status::{ActiveOperation, Authorization, OperationType, SourceBinding};
-use crate::execution::job::OwnerKind;
+use crate::protocol::naming::OwnerKind;
 
 /// A realm re-check is due at least this often while a realm refuses.
 pub const REALM_RECHECK: Duration = Duration::from_secs(60);
@@ -159,7 +159,7 @@ pub fn job_name(
     operation_id: &str,
     attempt: i32,
 ) -> String {
-    crate::execution::job::job_name(kind, op, resource, operation_id, attempt).unwrap_or_else(
+    crate::protocol::naming::job_name(kind, op, resource, operation_id, attempt).unwrap_or_else(
         |_| {
             // Only a resource name the API server would refuse gets here.
             let short: String = operation_id

@@ -201,7 +201,7 @@ use crate::api::status::{
     ActiveOperation, Authorization, ExecutionBinding, OperationType, PendingLockRelease,
     SourceBinding,
 };
-use crate::execution::job::OwnerKind;
+use crate::protocol::naming::OwnerKind;
 
 pub use super::common::{ApprovalSeen, REALM_RECHECK, RealmVerdict};
 /// A reading's verdict and the rows it keeps are the protocol's: the runner

@@ -161,7 +161,7 @@ use crate::api::status::{
     ActiveOperation, Authorization, ExecutionBinding, OperationType, PendingLockRelease,
     SourceBinding,
 };
-use crate::execution::job::OwnerKind;
+use crate::protocol::naming::OwnerKind;
 
 // Both machines share these; the controller names them from here.
 pub use super::common::{ApprovalSeen, REALM_RECHECK, RealmVerdict, binding_of};

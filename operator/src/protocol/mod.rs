@@ -14,5 +14,6 @@
 pub mod args;
 pub mod database;
 pub mod migrations;
+pub mod naming;
 pub mod receiver;
 pub mod result;
