@@ -27,7 +27,7 @@ use kube::api::{Api, PostParams};
 
 use crate::api::status::PendingLockRelease;
 use crate::execution::job::{LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY};
-use crate::lifecycle::read_request::sha256_hex;
+use crate::protocol::receiver::content_sha256 as sha256_hex;
 
 /// Prefix of every realm Lease's name.
 pub const NAME_PREFIX: &str = "ptah-realm-";

@@ -8,7 +8,6 @@
 //! `sha256:<hex>`.
 
 use k8s_openapi::jiff::Timestamp;
-use sha2::{Digest, Sha256};
 
 use crate::api::annotations::READ_REQUEST_MAX_BYTES;
 use crate::api::condition::{MigrationPhase, Reason, SchemaPhase};
@@ -24,15 +23,7 @@ pub struct ReadRequest {
 }
 
 /// `sha256:<hex>` of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
-    for b in digest.iter() {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
-}
+pub use crate::protocol::receiver::content_sha256 as sha256_hex;
 
 /// What `status.lastReadRequest` records for `value`.
 pub fn recorded_form(value: &str) -> String {
