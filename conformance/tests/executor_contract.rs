@@ -17,7 +17,7 @@ use anyhow::Context;
 
 use conformance::harness::Harness;
 use conformance::testkit::database::{Engine, TestDatabase};
-use operator::runner::executor::{ChildRun, DB_URL_ENV, Executor, MAX_STREAM};
+use operator::runner::executor::{ChildRun, Executor};
 use operator::runner::reports::{self, Planned, ReportError};
 
 async fn harness() -> &'static Harness {
@@ -64,17 +64,11 @@ impl Contract {
             .context("the harness URL names its port")?
             .to_string();
         let work = tempfile::tempdir()?;
-        let exec = Executor {
-            program: conformance::tools::bin_dir()?.join("ptah"),
-            work_dir: work.path().to_path_buf(),
-            env: vec![
-                (DB_URL_ENV.into(), url),
-                ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
-                ("HOME".into(), work.path().display().to_string()),
-                ("TZ".into(), "UTC".into()),
-            ],
-            limit: MAX_STREAM,
-        };
+        let exec = Executor::new(
+            &conformance::tools::bin_dir()?.join("ptah"),
+            work.path(),
+            url,
+        );
         Ok(Self {
             engine,
             db,

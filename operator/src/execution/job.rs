@@ -139,7 +139,7 @@ pub const SOURCE_CONTAINER: &str = "source";
 /// The key of the per-operation result token Secret.
 pub const RESULT_TOKEN_KEY: &str = "token";
 use crate::protocol::naming::{self, is_dns_label, is_dns_subdomain, sha256_hex};
-pub use crate::protocol::naming::{MAX_JOB_NAME, OwnerKind, operation_name};
+pub use crate::protocol::naming::{MAX_JOB_NAME, OwnerKind, job_name, operation_name};
 
 /// `app.kubernetes.io/managed-by`.
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -491,21 +491,14 @@ fn is_reserved_key(k: &str) -> bool {
         || k == "job-name"
 }
 
-/// The deterministic Job name of an operation (see the module doc).
-pub fn job_name(
-    kind: OwnerKind,
-    operation: OperationType,
-    resource: &str,
-    operation_id: &str,
-    attempt: i32,
-) -> Result<String, JobBuildError> {
-    naming::job_name(kind, operation, resource, operation_id, attempt).map_err(|e| {
+impl From<naming::NameError> for JobBuildError {
+    fn from(e: naming::NameError) -> Self {
         JobBuildError::Invalid {
             field: e.field,
             value: e.value,
             reason: e.reason,
         }
-    })
+    }
 }
 
 fn env(name: &str, value: impl Into<String>) -> EnvVar {

@@ -42,7 +42,8 @@ pub fn operation_name(op: OperationType) -> &'static str {
 }
 
 /// An input a Job name cannot be made from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {value:?} {reason}")]
 pub struct NameError {
     /// The field.
     pub field: &'static str,

@@ -77,7 +77,13 @@ impl Executor {
                 ))
             })?;
         super::redact::remember_url(&url);
-        Ok(Self {
+        Ok(Self::new(program, work_dir, url))
+    }
+
+    /// Ptah at `program`, run in `work_dir` with `url` as its database and
+    /// nothing else but `PATH`, `HOME` (the work dir) and `TZ`.
+    pub fn new(program: &Path, work_dir: &Path, url: String) -> Self {
+        Self {
             program: program.to_path_buf(),
             work_dir: work_dir.to_path_buf(),
             env: vec![
@@ -87,7 +93,7 @@ impl Executor {
                 ("TZ".into(), "UTC".into()),
             ],
             limit: MAX_STREAM,
-        })
+        }
     }
 
     /// The database URL the child gets.

@@ -60,11 +60,6 @@ fn target(a: &DatabaseArgs, exec: &Executor) -> Result<Target, StepError> {
     Target::from_url(a.engine, exec.db_url())
 }
 
-/// The step's time left for one child, out of `limit`.
-fn child_limit(limit: Duration) -> Duration {
-    limit.max(Duration::from_secs(1))
-}
-
 /// Observe.
 pub async fn observe(
     a: &DatabaseArgs,
@@ -80,7 +75,7 @@ pub async fn observe(
         "--severity=all".into(),
         format!("--connect-timeout={}", go_duration(a.connect_timeout)),
     ];
-    let run = exec.run(&args, child_limit(limit)).await?;
+    let run = exec.run(&args, limit).await?;
     let drift = reports::drift(&run).map_err(|e| report_error("observe", e))?;
     if let Some(reported) = drift.database_url.as_deref()
         && !target.matches_reported(a.engine, reported)
@@ -112,22 +107,24 @@ pub async fn plan(
         "--dry-run".into(),
         format!("--connect-timeout={}", go_duration(a.connect_timeout)),
     ];
-    let first = exec.run(&args, child_limit(limit)).await?;
-    let second = exec.run(&args, child_limit(limit)).await?;
+    let first = exec.run(&args, limit).await?;
+    let second = exec.run(&args, limit).await?;
     let one = reports::plan(&first).map_err(|e| report_error("plan", e))?;
     let two = reports::plan(&second).map_err(|e| report_error("plan", e))?;
-    let outcome = |change| PlanOutcome {
+    let outcome = |dialect: String, change| PlanOutcome {
         target_identity_digest: target.digest(),
-        dialect: match a.engine {
-            EngineArg::Postgresql => "postgres".into(),
-            EngineArg::Mysql => "mysql".into(),
-        },
+        dialect,
         change,
     };
     let (bytes, document) = match (one, two) {
         (Planned::Synced, Planned::Synced) => {
+            // No document says the dialect: the engine's.
+            let dialect = match a.engine {
+                EngineArg::Postgresql => "postgres",
+                EngineArg::Mysql => "mysql",
+            };
             return Ok(StepOutput::Planned {
-                plan: outcome(None),
+                plan: outcome(dialect.into(), None),
             });
         }
         (Planned::Changes { bytes, document }, Planned::Changes { bytes: again, .. })
@@ -151,7 +148,7 @@ pub async fn plan(
         format!("--lock-timeout={}", go_duration(a.lock_timeout)),
         format!("--connect-timeout={}", go_duration(a.connect_timeout)),
     ];
-    let checked = exec.run(&dry, child_limit(limit)).await?;
+    let checked = exec.run(&dry, limit).await?;
     reports::dry_run(&checked)
         .map_err(|e| report_error("plan: the dry run of the exact bytes", e))?;
     let (tables, privilege_changes) =
@@ -165,20 +162,20 @@ pub async fn plan(
         .map_err(|_| StepError::failed("plan: ptah's plan document is not UTF-8"))?;
     let statement_count = i32::try_from(document.statements.len())
         .map_err(|_| StepError::failed("plan: more statements than a plan may hold"))?;
-    let mut dialect_outcome = outcome(Some(PlannedChange {
-        content_digest: crate::protocol::receiver::content_sha256(plan.as_bytes()),
-        plan,
-        statement_count,
-        destructive,
-        privilege_changes,
-        tables,
-        actual_state_fingerprint: document.from_fingerprint.clone(),
-        desired_state_fingerprint: document.to_fingerprint.clone(),
-    }));
-    dialect_outcome.dialect = document.dialect.clone();
-    Ok(StepOutput::Planned {
-        plan: dialect_outcome,
-    })
+    let planned = outcome(
+        document.dialect.clone(),
+        Some(PlannedChange {
+            content_digest: crate::protocol::receiver::content_sha256(plan.as_bytes()),
+            plan,
+            statement_count,
+            destructive,
+            privilege_changes,
+            tables,
+            actual_state_fingerprint: document.from_fingerprint.clone(),
+            desired_state_fingerprint: document.to_fingerprint.clone(),
+        }),
+    );
+    Ok(StepOutput::Planned { plan: planned })
 }
 
 /// Apply of the plan file the step checked and wrote.
@@ -204,7 +201,7 @@ pub async fn apply(
     if let Some(mode) = &a.transaction_mode {
         args.push(format!("--tx-mode={mode}"));
     }
-    let run = exec.run(&args, child_limit(limit)).await?;
+    let run = exec.run(&args, limit).await?;
     reports::applied(&run).map_err(|e| report_error("apply", e))?;
     Ok(StepOutput::Applied {
         report: ApplyReport {
