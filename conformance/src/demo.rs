@@ -356,6 +356,12 @@ async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()
     if last != "InSync" {
         bail!("ptahschema/orders ended {last}, not InSync");
     }
+    if !db.tables()?.iter().any(|t| t == "orders") {
+        bail!(
+            "ptahschema/orders is InSync but database {} has no table orders",
+            db.name
+        );
+    }
 
     // Deleted while the manager runs, so it lets its finalizer go.
     schemas.delete("orders", &DeleteParams::default()).await?;
