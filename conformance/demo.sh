@@ -5,6 +5,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# As in test.sh: the same build, without incremental state.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 bash conformance/setup.sh
 cargo build --workspace --bins --quiet
 "${CARGO_TARGET_DIR:-target}"/debug/ptah-harness up
