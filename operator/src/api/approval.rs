@@ -245,3 +245,71 @@ pub struct AcknowledgmentStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition<AcknowledgmentConditionType>>,
 }
+
+/// What both families' approvals say in the same words: the resource and
+/// the one plan they approve, who approved and when, and their status.
+pub trait Approval:
+    kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + Serialize
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// The resource it approves a plan of.
+    fn owner(&self) -> &ObjectRef;
+    /// The plan it approves.
+    fn plan_ref(&self) -> &ObjectRef;
+    /// The fingerprint of that plan.
+    fn plan_fingerprint(&self) -> &str;
+    /// Who approved, as admission stamped it.
+    fn approver(&self) -> Option<&Identity>;
+    /// When admission stamped it.
+    fn approved_at(&self) -> Option<&Time>;
+    /// Its status, to edit.
+    fn status_mut(&mut self) -> &mut Option<ApprovalStatus>;
+}
+
+impl Approval for PtahSchemaApproval {
+    fn owner(&self) -> &ObjectRef {
+        &self.spec.schema_ref
+    }
+    fn plan_ref(&self) -> &ObjectRef {
+        &self.spec.plan_ref
+    }
+    fn plan_fingerprint(&self) -> &str {
+        &self.spec.plan_fingerprint
+    }
+    fn approver(&self) -> Option<&Identity> {
+        self.spec.approver.as_ref()
+    }
+    fn approved_at(&self) -> Option<&Time> {
+        self.spec.approved_at.as_ref()
+    }
+    fn status_mut(&mut self) -> &mut Option<ApprovalStatus> {
+        &mut self.status
+    }
+}
+
+impl Approval for PtahMigrationApproval {
+    fn owner(&self) -> &ObjectRef {
+        &self.spec.migration_ref
+    }
+    fn plan_ref(&self) -> &ObjectRef {
+        &self.spec.plan_ref
+    }
+    fn plan_fingerprint(&self) -> &str {
+        &self.spec.plan_fingerprint
+    }
+    fn approver(&self) -> Option<&Identity> {
+        self.spec.approver.as_ref()
+    }
+    fn approved_at(&self) -> Option<&Time> {
+        self.spec.approved_at.as_ref()
+    }
+    fn status_mut(&mut self) -> &mut Option<ApprovalStatus> {
+        &mut self.status
+    }
+}

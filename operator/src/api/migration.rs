@@ -491,3 +491,5 @@ pub struct PtahMigrationStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempt_time: Option<Time>,
 }
+
+super::status::operation_status!(PtahMigrationStatus);

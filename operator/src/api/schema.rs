@@ -446,3 +446,5 @@ pub struct PtahSchemaStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempt_time: Option<Time>,
 }
+
+super::status::operation_status!(PtahSchemaStatus);

@@ -249,3 +249,70 @@ pub struct PendingLockRelease {
     #[schemars(range(min = 5, max = 86460))]
     pub lease_duration_seconds: i32,
 }
+
+/// What both families' statuses record in the same fields: the claim, the
+/// Lease release owed, the source, the execution binding and what the spec
+/// was when status last observed it. The controller's one pass reads and
+/// edits these through this trait.
+pub trait OperationStatus:
+    Clone + Default + PartialEq + std::fmt::Debug + Send + Sync + 'static
+{
+    /// `status.activeOperation`.
+    fn active_operation(&self) -> Option<&ActiveOperation>;
+    /// `status.activeOperation`, to edit.
+    fn active_operation_mut(&mut self) -> &mut Option<ActiveOperation>;
+    /// `status.pendingLockRelease`.
+    fn pending_lock_release(&self) -> Option<&PendingLockRelease>;
+    /// `status.pendingLockRelease`, to edit.
+    fn pending_lock_release_mut(&mut self) -> &mut Option<PendingLockRelease>;
+    /// `status.source`.
+    fn source(&self) -> Option<&crate::api::source::SourceStatus>;
+    /// `status.executionBinding`.
+    fn execution_binding(&self) -> Option<&ExecutionBinding>;
+    /// `status.executionBinding`, to edit.
+    fn execution_binding_mut(&mut self) -> &mut Option<ExecutionBinding>;
+    /// `status.observedGeneration` and `status.observedSpecDigest`.
+    fn observed(&self) -> (Option<i64>, Option<&str>);
+}
+
+/// Implements [`OperationStatus`] on a family's status by its field names.
+macro_rules! operation_status {
+    ($st:ty) => {
+        impl $crate::api::status::OperationStatus for $st {
+            fn active_operation(&self) -> Option<&$crate::api::status::ActiveOperation> {
+                self.active_operation.as_ref()
+            }
+            fn active_operation_mut(
+                &mut self,
+            ) -> &mut Option<$crate::api::status::ActiveOperation> {
+                &mut self.active_operation
+            }
+            fn pending_lock_release(&self) -> Option<&$crate::api::status::PendingLockRelease> {
+                self.pending_lock_release.as_ref()
+            }
+            fn pending_lock_release_mut(
+                &mut self,
+            ) -> &mut Option<$crate::api::status::PendingLockRelease> {
+                &mut self.pending_lock_release
+            }
+            fn source(&self) -> Option<&$crate::api::source::SourceStatus> {
+                self.source.as_ref()
+            }
+            fn execution_binding(&self) -> Option<&$crate::api::status::ExecutionBinding> {
+                self.execution_binding.as_ref()
+            }
+            fn execution_binding_mut(
+                &mut self,
+            ) -> &mut Option<$crate::api::status::ExecutionBinding> {
+                &mut self.execution_binding
+            }
+            fn observed(&self) -> (Option<i64>, Option<&str>) {
+                (
+                    self.observed_generation,
+                    self.observed_spec_digest.as_deref(),
+                )
+            }
+        }
+    };
+}
+pub(crate) use operation_status;

@@ -9,7 +9,8 @@ use crate::api::status::{ActiveOperation, OperationType};
 use crate::execution::job::{ApplyInput, JobInput, OwnerKind};
 
 use super::Config;
-use super::migration_dispatch::{Family, common_input};
+use super::family::Family;
+use super::migration_dispatch::{common_input, current_plan};
 
 /// Why a claim's Job cannot be built: names the field.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -36,17 +37,13 @@ pub fn job_input(
     config: &Config,
 ) -> Result<JobInput, NotBuildable> {
     let spec = &schema.spec;
+    let job_spec = schema.job_spec();
     let mut input = common_input(
         OwnerKind::PtahSchema,
         &schema.metadata,
         claim,
         config,
-        Family {
-            target: &spec.target,
-            source: &spec.source,
-            execution: &spec.execution,
-            lock_timeout: &spec.policy.lock_timeout,
-        },
+        job_spec,
     )?;
     input.target.dev_url_from = spec.dev.as_ref().map(|d| d.url_from.clone());
     input.apply = apply_input(schema, claim)?;
@@ -62,17 +59,8 @@ fn apply_input(
     if claim.type_ != OperationType::Apply {
         return Ok(None);
     }
-    let plan = schema
-        .status
-        .as_ref()
-        .and_then(|s| s.plan.as_ref())
-        .filter(|p| Some(&p.name) == claim.plan_name.as_ref())
-        .ok_or_else(|| {
-            missing(
-                "status.plan",
-                "the plan the Apply claim names is not current",
-            )
-        })?;
+    let plans = schema.status.as_ref().and_then(|s| s.plan.as_ref());
+    let plan = current_plan(plans, |p| &p.name, claim)?;
     Ok(Some(ApplyInput::Schema {
         plan_name: plan.name.clone(),
         plan_fingerprint: plan.fingerprint.clone(),

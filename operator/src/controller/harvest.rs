@@ -16,6 +16,7 @@ use crate::api::source::{
 };
 use crate::api::status::OperationType;
 use crate::execution::job::OPERATION_CONTAINER;
+use crate::lifecycle::common::Seen;
 use crate::lifecycle::schema::{Observation, PlanVerdict};
 use crate::protocol::database::{DriftSummary, MAX_FINDINGS, PlanOutcome};
 use crate::protocol::result::{Outcome, ResultDocument, StepOutput};
@@ -103,6 +104,20 @@ pub enum SourceRead {
     },
 }
 
+impl From<SourceRead> for Seen {
+    /// The same read in the words both machines take.
+    fn from(read: SourceRead) -> Self {
+        match read {
+            SourceRead::Resolved(src) => Seen::SourceResolved(*src),
+            SourceRead::Refused(message) => Seen::SourceRefused { message },
+            SourceRead::Verified(e) => Seen::VerificationSatisfied(*e),
+            SourceRead::VerificationRefused(message) => Seen::VerificationRefused { message },
+            SourceRead::PolicyChanged => Seen::VerificationPolicyChanged,
+            SourceRead::Failed { reason, message } => Seen::JobFailed { reason, message },
+        }
+    }
+}
+
 /// The message of a result that did not succeed.
 pub fn message_of(doc: &ResultDocument) -> String {
     doc.error
@@ -178,16 +193,7 @@ fn observation(
         };
     }
     if let Some(read) = source_read(op, doc, bindings, now) {
-        return match read {
-            SourceRead::Resolved(src) => Observation::SourceResolved(*src),
-            SourceRead::Refused(message) => Observation::SourceRefused { message },
-            SourceRead::Verified(e) => Observation::VerificationSatisfied(*e),
-            SourceRead::VerificationRefused(message) => {
-                Observation::VerificationRefused { message }
-            }
-            SourceRead::PolicyChanged => Observation::VerificationPolicyChanged,
-            SourceRead::Failed { reason, message } => job_failed(reason, message),
-        };
+        return Seen::from(read).into();
     }
     match (op, doc.outcome, doc.result.as_ref()) {
         (
@@ -195,20 +201,11 @@ fn observation(
             Outcome::Succeeded,
             Some(StepOutput::DriftObserved { report }),
         ) => Observation::DriftObserved(target_status(report, now)),
-        _ => job_failed(Reason::OperationFailed, message_of(doc)),
+        _ => Observation::JobFailed {
+            reason: Reason::OperationFailed,
+            message: message_of(doc),
+        },
     }
-}
-
-/// The observation of a terminal Job that left no stored result: an Apply
-/// ended with an outcome nobody established; a read failed.
-pub fn without_result(op: OperationType, job: &Job, pod: Option<&Pod>) -> Observation {
-    if op == OperationType::Apply {
-        return Observation::ApplyEnded {
-            reported_success: false,
-            job_uid: job.metadata.uid.clone(),
-        };
-    }
-    job_failed(Reason::OperationFailed, lost_result(job, pod))
 }
 
 /// Why a read's Job left no result: a lost result is safe for a read, which
@@ -218,10 +215,6 @@ pub fn lost_result(job: &Job, pod: Option<&Pod>) -> String {
         "no result reached the receiver; {}",
         termination_message(job, pod)
     )
-}
-
-fn job_failed(reason: Reason, message: String) -> Observation {
-    Observation::JobFailed { reason, message }
 }
 
 /// What the Pod's containers said when they ended (the runner's ≤ 4 KiB

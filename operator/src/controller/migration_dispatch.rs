@@ -26,6 +26,7 @@ use crate::protocol::migrations::sequence_digest;
 
 use super::Config;
 use super::dispatch::NotBuildable;
+use super::family::Family;
 
 fn missing(field: &'static str, reason: impl Into<String>) -> NotBuildable {
     NotBuildable {
@@ -43,18 +44,13 @@ pub fn job_input(
     config: &Config,
     plan: Option<&PtahMigrationPlan>,
 ) -> Result<JobInput, NotBuildable> {
-    let spec = &migration.spec;
+    let spec = migration.job_spec();
     let mut input = common_input(
         OwnerKind::PtahMigration,
         &migration.metadata,
         claim,
         config,
-        Family {
-            target: &spec.target,
-            source: &spec.source,
-            execution: &spec.execution,
-            lock_timeout: &spec.policy.lock_timeout,
-        },
+        spec,
     )?;
     input.apply = apply_input(migration, claim, plan)?;
     Ok(input)
@@ -71,17 +67,8 @@ fn apply_input(
     if claim.type_ != OperationType::Apply {
         return Ok(None);
     }
-    let current = migration
-        .status
-        .as_ref()
-        .and_then(|s| s.plan.as_ref())
-        .filter(|p| Some(&p.name) == claim.plan_name.as_ref())
-        .ok_or_else(|| {
-            missing(
-                "status.plan",
-                "the plan the Apply claim names is not current",
-            )
-        })?;
+    let plans = migration.status.as_ref().and_then(|s| s.plan.as_ref());
+    let current = current_plan(plans, |p| &p.name, claim)?;
     if claim
         .plan_fingerprint
         .as_ref()
@@ -124,7 +111,7 @@ fn apply_input(
 }
 
 /// The pieces of a resource's spec a Job is built from, whatever its family.
-pub struct Family<'a> {
+pub struct JobSpec<'a> {
     /// `spec.target`.
     pub target: &'a Target,
     /// `spec.source`.
@@ -135,6 +122,21 @@ pub struct Family<'a> {
     pub lock_timeout: &'a GoDuration,
 }
 
+/// The plan status holds, if it is the one the Apply claim names.
+pub fn current_plan<'a, P>(
+    plan: Option<&'a P>,
+    name: impl Fn(&P) -> &String,
+    claim: &ActiveOperation,
+) -> Result<&'a P, NotBuildable> {
+    plan.filter(|p| Some(name(p)) == claim.plan_name.as_ref())
+        .ok_or_else(|| {
+            missing(
+                "status.plan",
+                "the plan the Apply claim names is not current",
+            )
+        })
+}
+
 /// Everything of a Job's input but what an Apply runs (`apply` is `None`),
 /// for either family. A schema would set `target.dev_url_from` after it.
 pub fn common_input(
@@ -142,7 +144,7 @@ pub fn common_input(
     meta: &ObjectMeta,
     claim: &ActiveOperation,
     config: &Config,
-    family: Family<'_>,
+    family: JobSpec<'_>,
 ) -> Result<JobInput, NotBuildable> {
     let owner = Owner {
         kind,

@@ -17,16 +17,19 @@
 //! writes finds, on restart, exactly what to do next from the status.
 
 mod dispatch;
+mod error;
+mod family;
+use family::Family;
 mod harvest;
 mod inputs;
 mod migration;
 mod migration_dispatch;
 mod migration_harvest;
+mod pass;
 mod runtime;
 mod schema;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -40,15 +43,11 @@ use kube::runtime::watcher;
 use crate::api::status::OperationType;
 use kube::{Client, ResourceExt};
 
-use crate::api::approval::{
-    PtahMigrationApproval, PtahMigrationRunAcknowledgment, PtahSchemaApproval,
-};
-use crate::api::common::Target;
+use crate::api::approval::{Approval, PtahMigrationRunAcknowledgment};
 use crate::api::migration::PtahMigration;
 use crate::api::realm::PtahRealm;
 use crate::api::schema::PtahSchema;
-use crate::api::source::Source;
-use crate::api::status::ExecutionBinding;
+use crate::api::status::{ExecutionBinding, OperationStatus};
 use crate::execution::job::{Images, LABEL_MANAGED_BY, MANAGED_BY};
 use crate::execution::lease::Leases;
 use crate::execution::receiver::TokenKey;
@@ -109,6 +108,8 @@ pub struct Context {
     pub receiver_ca_pem: String,
     /// Events.
     pub recorder: Recorder,
+    /// Consecutive failed passes per object.
+    pub backoff: error::Backoff,
 }
 
 impl Context {
@@ -138,6 +139,7 @@ impl Context {
             token_key,
             receiver_ca_pem,
             recorder,
+            backoff: error::Backoff::default(),
         }
     }
 
@@ -153,84 +155,23 @@ impl Context {
     }
 }
 
-/// Why a pass did not finish; the pass is retried.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A request to the API server failed.
-    #[error("{what}: {source}")]
-    Kube {
-        /// What was being done.
-        what: String,
-        /// The error.
-        #[source]
-        source: Box<kube::Error>,
-    },
-    /// A Lease request failed.
-    #[error(transparent)]
-    Lease(#[from] crate::execution::lease::LeaseError),
-    /// Reading or deleting a stored result failed.
-    #[error(transparent)]
-    Receiver(#[from] crate::execution::receiver::ReceiverError),
-    /// A plan could not be stored for a moment.
-    #[error(transparent)]
-    Plan(#[from] crate::execution::plan::PlanError),
-    /// The resource has no UID or namespace: it was never stored.
-    #[error("PtahSchema {0} has no UID: it was never stored")]
-    NotStored(String),
-}
-
-/// Wraps a kube error with what was being done.
-fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Kube {
-        what,
-        source: Box::new(source),
-    }
-}
+pub use error::{Error, kube_err};
 
 /// Runs the PtahSchema and PtahMigration controllers until their watches end.
 pub async fn run(ctx: Arc<Context>) {
     let client = ctx.client.clone();
     let ns = ctx.config.watch_namespace.clone();
-    let ns = ns.as_deref();
-    // A person's decision wakes the resource it names at once.
-    let schema_decisions = api::<PtahSchemaApproval>(&client, ns);
-    let schemas = family(
-        ctx.clone(),
-        |s: &PtahSchema| (&s.spec.source, &s.spec.target),
-        schema::reconcile,
-        move |c| {
-            c.watches(schema_decisions, watcher::Config::default(), |a| {
-                Some(
-                    ObjectRef::new(&a.spec.schema_ref.name)
-                        .within(&a.namespace().unwrap_or_default()),
-                )
-            })
-        },
-    );
-    let (approvals, acks) = (
-        api::<PtahMigrationApproval>(&client, ns),
-        api::<PtahMigrationRunAcknowledgment>(&client, ns),
-    );
-    let migrations = family(
-        ctx,
-        |m: &PtahMigration| (&m.spec.source, &m.spec.target),
-        migration::reconcile,
-        move |c| {
-            c.watches(approvals, watcher::Config::default(), |a| {
-                Some(
-                    ObjectRef::new(&a.spec.migration_ref.name)
-                        .within(&a.namespace().unwrap_or_default()),
-                )
-            })
-            .watches(acks, watcher::Config::default(), |a| {
-                Some(
-                    ObjectRef::new(&a.spec.migration_ref.name)
-                        .within(&a.namespace().unwrap_or_default()),
-                )
-            })
-        },
-    );
+    let acks = api::<PtahMigrationRunAcknowledgment>(&client, ns.as_deref());
+    let schemas = family::<PtahSchema>(ctx.clone(), |c| c);
+    // An acknowledgment of an unresolved run wakes the migration it names.
+    let migrations = family::<PtahMigration>(ctx, move |c| {
+        c.watches(acks, watcher::Config::default(), |a| {
+            Some(
+                ObjectRef::new(&a.spec.migration_ref.name)
+                    .within(&a.namespace().unwrap_or_default()),
+            )
+        })
+    });
     futures::join!(schemas, migrations);
 }
 
@@ -245,25 +186,10 @@ where
     }
 }
 
-/// One family's controller: its resources, the Jobs they own, and the
-/// ConfigMaps and PtahRealms they name, each event waking the resources
-/// that name it.
-async fn family<K, R, F>(
-    ctx: Arc<Context>,
-    names: fn(&K) -> (&Source, &Target),
-    reconcile: R,
-    decisions: impl FnOnce(Controller<K>) -> Controller<K>,
-) where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    R: FnMut(Arc<K>, Arc<Context>) -> F,
-    F: std::future::Future<Output = Result<Action, Error>> + Send + 'static,
-{
+/// One family's controller: its resources, the Jobs they own, their
+/// approvals, and the ConfigMaps and PtahRealms they name, each event
+/// waking the resources that name it; `more` adds the family's own watches.
+async fn family<K: Family>(ctx: Arc<Context>, more: impl FnOnce(Controller<K>) -> Controller<K>) {
     let client = ctx.client.clone();
     let scoped = ctx.config.watch_namespace.clone();
     let ns = scoped.as_deref();
@@ -271,7 +197,13 @@ async fn family<K, R, F>(
     let store = controller.store();
     let by_config_map = store.clone();
     let by_realm = store;
-    decisions(controller)
+    // A person's decision wakes the resource it names at once.
+    let controller = controller.watches(
+        api::<K::Approval>(&client, ns),
+        watcher::Config::default(),
+        |a| Some(ObjectRef::new(&a.owner().name).within(&a.namespace().unwrap_or_default())),
+    );
+    more(controller)
         .owns(
             api::<Job>(&client, ns),
             watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")),
@@ -286,7 +218,7 @@ async fn family<K, R, F>(
                     .state()
                     .into_iter()
                     .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
-                    .filter(|r| inputs::names_config_map(names(r).0, &name))
+                    .filter(|r| inputs::names_config_map(r.source(), &name))
                     .map(|r| ObjectRef::from_obj(&*r))
                     .collect::<Vec<_>>()
             },
@@ -300,7 +232,11 @@ async fn family<K, R, F>(
                     .state()
                     .into_iter()
                     .filter(|r| {
-                        names(r).1.realm_ref.as_ref().map(|x| x.name.as_str())
+                        r.job_spec()
+                            .target
+                            .realm_ref
+                            .as_ref()
+                            .map(|x| x.name.as_str())
                             == Some(name.as_str())
                     })
                     .map(|r| ObjectRef::from_obj(&*r))
@@ -308,17 +244,34 @@ async fn family<K, R, F>(
             },
         )
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(pass::reconcile::<K>, error_policy, ctx)
         .for_each(|res| async move {
             match res {
                 Ok((obj, _)) => tracing::debug!(object = %obj, "reconciled"),
-                Err(e) => tracing::warn!(error = %e, "reconcile failed"),
+                Err(e) => tracing::debug!(error = %e, "reconcile failed"),
             }
         })
         .await;
 }
 
-fn error_policy<K>(_obj: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(%error, "pass failed; retrying");
-    Action::requeue(Duration::from_secs(2))
+/// The next pass of an object whose pass failed: the error's class and the
+/// operation under way are in the log line, and the wait grows per
+/// consecutive failure of that object.
+fn error_policy<F: Family>(obj: Arc<F>, error: &Error, ctx: Arc<Context>) -> Action {
+    let object = pass::object_key::<F>(&obj);
+    let (wait, failures) = ctx.backoff.failed(&object, error);
+    let operation = obj
+        .status()
+        .and_then(|s| s.active_operation())
+        .map(|c| c.type_);
+    tracing::warn!(
+        object = %object,
+        class = error.class(),
+        ?operation,
+        failures,
+        retry_in = ?wait,
+        %error,
+        "pass failed"
+    );
+    Action::requeue(wait)
 }

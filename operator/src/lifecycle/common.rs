@@ -476,3 +476,192 @@ mod spec_digest_tests {
         assert!(d.starts_with("sha256:") && d.len() == 7 + 64, "{d}");
     }
 }
+
+/// What either family's machine observes in the same words: the controller's
+/// one pass builds these, and each machine takes them as its own
+/// observation of the same name ([`shared_words!`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Seen {
+    /// A pass with nothing new.
+    Pass,
+    /// The manager took the ConfigMap source's snapshot.
+    SnapshotTaken(SourceStatus),
+    /// A Resolve Job pinned the Git commit or the OCI digest.
+    SourceResolved(SourceStatus),
+    /// The source was refused, the rule named.
+    SourceRefused {
+        /// The message naming the rule.
+        message: String,
+    },
+    /// The source ConfigMap or the source policy changed.
+    SourceChanged,
+    /// Verify accepted the artifact.
+    VerificationSatisfied(crate::api::source::VerificationEvidence),
+    /// Verify refused the artifact.
+    VerificationRefused {
+        /// Why.
+        message: String,
+    },
+    /// The verification policy ConfigMap changed.
+    VerificationPolicyChanged,
+    /// A Job failed without a usable result.
+    JobFailed {
+        /// The reason of the failure.
+        reason: Reason,
+        /// A diagnostic.
+        message: String,
+    },
+    /// The claim's Job could not be built: none exists.
+    JobNotBuilt {
+        /// `PodAdmissionRefused`, `ConfigurationError`, …
+        reason: Reason,
+        /// A diagnostic.
+        message: String,
+    },
+    /// The claim's dispatched Job is gone, or its result unreadable.
+    JobLost,
+    /// An approval of some plan of this resource exists.
+    ApprovalExists(ApprovalSeen),
+    /// The approval the Apply claim names no longer exists.
+    ApprovalAbsent,
+    /// The claim's realm Lease was acquired with a new epoch.
+    LeaseAcquired {
+        /// The epoch.
+        epoch: String,
+        /// Its duration in seconds.
+        duration_seconds: i32,
+    },
+    /// The realm Lease is held by another holder.
+    LeaseLost,
+    /// The persisted epoch no longer owns an uninterrupted lock interval.
+    LeaseContinuityLost,
+    /// The realm census's verdict.
+    Realm(RealmVerdict),
+    /// `spec.target.engine` is not one the operator implements.
+    EngineUnsupported,
+    /// Only `spec.suspend` changed.
+    SuspendChanged,
+    /// `metadata.generation` moved.
+    GenerationMoved,
+    /// The execution components changed.
+    ExecutionBindingChanged(crate::api::status::ExecutionBinding),
+    /// The resource or something it names is misconfigured.
+    ConfigurationError {
+        /// Which field or rule.
+        message: String,
+    },
+}
+
+/// What either family's machine asks of the controller in the same words;
+/// the rest of a family's effects are its own.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Shared {
+    /// Take the ConfigMap snapshot.
+    TakeSnapshot,
+    /// Acquire the realm Lease for the claim status holds.
+    AcquireLease,
+    /// Create the Job of the claim status holds.
+    StartJob,
+    /// Retire a plan: every approval of it is stale.
+    RetirePlan {
+        /// The plan's name.
+        name: String,
+        /// Why.
+        reason: Reason,
+    },
+    /// Mark an approval consumed.
+    SpendApproval {
+        /// The approval's name.
+        name: String,
+        /// Its UID.
+        uid: String,
+    },
+    /// Release a Lease staged in `status.pendingLockRelease`.
+    ReleaseLease(crate::api::status::PendingLockRelease),
+    /// Emit an Event.
+    Event {
+        /// A Warning rather than Normal.
+        warning: bool,
+        /// The reason.
+        reason: Reason,
+        /// The note.
+        message: String,
+    },
+    /// Step again no later than this instant.
+    RequeueAt(Time),
+}
+
+/// Takes [`Seen`] into a family's `Observation`, and gives a family's
+/// `Effect` as [`Shared`] where it is one: the shared words are written once,
+/// for both machines.
+macro_rules! shared_words {
+    ($obs:ident, $fx:ident) => {
+        impl From<$crate::lifecycle::common::Seen> for $obs {
+            fn from(s: $crate::lifecycle::common::Seen) -> Self {
+                use $crate::lifecycle::common::Seen as S;
+                match s {
+                    S::Pass => $obs::Pass,
+                    S::SnapshotTaken(s) => $obs::SnapshotTaken(s),
+                    S::SourceResolved(s) => $obs::SourceResolved(s),
+                    S::SourceRefused { message } => $obs::SourceRefused { message },
+                    S::SourceChanged => $obs::SourceChanged,
+                    S::VerificationSatisfied(e) => $obs::VerificationSatisfied(e),
+                    S::VerificationRefused { message } => $obs::VerificationRefused { message },
+                    S::VerificationPolicyChanged => $obs::VerificationPolicyChanged,
+                    S::JobFailed { reason, message } => $obs::JobFailed { reason, message },
+                    S::JobNotBuilt { reason, message } => $obs::JobNotBuilt { reason, message },
+                    S::JobLost => $obs::JobLost,
+                    S::ApprovalExists(a) => $obs::ApprovalExists(a),
+                    S::ApprovalAbsent => $obs::ApprovalAbsent,
+                    S::LeaseAcquired {
+                        epoch,
+                        duration_seconds,
+                    } => $obs::LeaseAcquired {
+                        epoch,
+                        duration_seconds,
+                    },
+                    S::LeaseLost => $obs::LeaseLost,
+                    S::LeaseContinuityLost => $obs::LeaseContinuityLost,
+                    S::Realm(v) => $obs::Realm(v),
+                    S::EngineUnsupported => $obs::EngineUnsupported,
+                    S::SuspendChanged => $obs::SuspendChanged,
+                    S::GenerationMoved => $obs::GenerationMoved,
+                    S::ExecutionBindingChanged(b) => $obs::ExecutionBindingChanged(b),
+                    S::ConfigurationError { message } => $obs::ConfigurationError { message },
+                }
+            }
+        }
+
+        impl $fx {
+            /// This effect in the words both families share, or itself when
+            /// it is the family's own.
+            #[allow(
+                clippy::result_large_err,
+                reason = "the effect is moved, not copied, once per step"
+            )]
+            pub fn shared(self) -> Result<$crate::lifecycle::common::Shared, Self> {
+                use $crate::lifecycle::common::Shared as S;
+                Ok(match self {
+                    $fx::TakeSnapshot => S::TakeSnapshot,
+                    $fx::AcquireLease { .. } => S::AcquireLease,
+                    $fx::StartJob { .. } => S::StartJob,
+                    $fx::RetirePlan { name, reason } => S::RetirePlan { name, reason },
+                    $fx::SpendApproval { name, uid } => S::SpendApproval { name, uid },
+                    $fx::ReleaseLease(r) => S::ReleaseLease(r),
+                    $fx::Event {
+                        warning,
+                        reason,
+                        message,
+                    } => S::Event {
+                        warning,
+                        reason,
+                        message,
+                    },
+                    $fx::RequeueAt(t) => S::RequeueAt(t),
+                    own => return Err(own),
+                })
+            }
+        }
+    };
+}
+pub(crate) use shared_words;

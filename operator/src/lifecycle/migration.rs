@@ -465,6 +465,8 @@ impl Step {
     }
 }
 
+super::common::shared_words!(Observation, Effect);
+
 /// Steps the migration: pure and deterministic.
 pub fn step(m: &PtahMigration, o: &Observation, now: &Time) -> Step {
     let mut machine = Machine {

@@ -343,6 +343,8 @@ pub struct Step {
     pub effects: Vec<Effect>,
 }
 
+super::common::shared_words!(Observation, Effect);
+
 /// Steps the schema: pure and deterministic.
 pub fn step(schema: &PtahSchema, observation: &Observation, now: &Time) -> Step {
     let mut m = Machine {

@@ -1,0 +1,810 @@
+//! One pass over a resource of either family: read what changed, step the
+//! pure machine once per observation, and around each step perform its
+//! effects: those that precede the status, the status write (claim,
+//! journal, conditions in one write), then the rest, whose follow-ups are
+//! stepped before anything gathered later. The loop is [`drive`]; what
+//! differs between the families is behind [`Family`].
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, ListParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+
+use super::family::Family;
+use super::harvest;
+use super::runtime::{self, ClaimJob, Dispatch, GenerationMove, InputChange, Requeue, Snapshot};
+use super::{Context, Error, FaultPoint, kube_err};
+use crate::api::approval::Approval;
+use crate::api::condition::{ApprovalConditionType, Reason};
+use crate::api::status::{
+    ActiveOperation, Authorization, OperationStatus, OperationType, PendingLockRelease,
+};
+use crate::execution::lease::{Acquired, Continuity};
+use crate::lifecycle::common::{ApprovalSeen, Seen, Shared};
+
+/// How many steps one pass takes at most; the rest waits for the next pass.
+pub const MAX_STEPS: usize = 24;
+
+/// What one pass drives, as its loop sees it: the machine's step and the
+/// I/O around it. The real one is [`Pass`]; the loop's tests drive a fake.
+pub trait Driver: Send {
+    /// The machine's observations.
+    type Observation: std::fmt::Debug + Send + Sync;
+    /// The status a step asks to write.
+    type Status: Send;
+    /// The machine's effects.
+    type Effect: Send;
+
+    /// Steps the machine once on what is stored: pure.
+    fn step(&mut self, o: &Self::Observation) -> (Self::Status, Vec<Self::Effect>);
+    /// Whether the effect is performed before the status that asks it.
+    fn precedes_status(e: &Self::Effect) -> bool;
+    /// Performs an effect that precedes the status.
+    fn before_status(&mut self, e: Self::Effect) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Writes the status.
+    fn write(&mut self, st: Self::Status) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Performs an effect after the status; answers its follow-ups.
+    fn perform(
+        &mut self,
+        e: Self::Effect,
+    ) -> impl Future<Output = Result<Vec<Self::Observation>, Error>> + Send;
+    /// The step limit was reached: the next pass comes at once.
+    fn again_at_once(&mut self);
+}
+
+/// Steps `gathered` and then `last`, each step's follow-ups first, at most
+/// [`MAX_STEPS`] steps.
+pub async fn drive<D: Driver>(
+    d: &mut D,
+    gathered: Vec<D::Observation>,
+    last: D::Observation,
+) -> Result<(), Error> {
+    let mut queue: VecDeque<D::Observation> = gathered.into();
+    queue.push_back(last);
+    let mut steps = 0;
+    while let Some(o) = queue.pop_front() {
+        steps += 1;
+        if steps > MAX_STEPS {
+            d.again_at_once();
+            break;
+        }
+        let (status, effects) = d.step(&o);
+        let (before, after): (Vec<_>, Vec<_>) = effects.into_iter().partition(D::precedes_status);
+        for e in before {
+            d.before_status(e).await?;
+        }
+        d.write(status).await?;
+        let mut follow = Vec::new();
+        for e in after {
+            follow.extend(d.perform(e).await?);
+        }
+        // Follow-ups answer this step's effects: they come first.
+        for f in follow.into_iter().rev() {
+            queue.push_front(f);
+        }
+    }
+    Ok(())
+}
+
+/// How logs and the backoff name an object: `Kind namespace/name`.
+pub fn object_key<F: Family>(obj: &F) -> String {
+    let ns = obj.namespace().unwrap_or_default();
+    format!("{} {ns}/{}", F::KIND, obj.name_any())
+}
+
+/// The reconcile function of either family's controller; a pass that
+/// finishes resets the object's backoff.
+pub async fn reconcile<F: Family>(obj: Arc<F>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let action = reconcile_once(&*obj, &ctx).await?;
+    ctx.backoff.succeeded(&object_key(&*obj));
+    Ok(action)
+}
+
+async fn reconcile_once<F: Family>(obj: &F, ctx: &Context) -> Result<Action, Error> {
+    let ns = obj.namespace().unwrap_or_default();
+    let name = obj.name_any();
+    let api: Api<F> = Api::namespaced(ctx.client.clone(), &ns);
+    // The watch cache can trail our own writes: decide on the object as stored.
+    let Some(current) = api
+        .get_opt(&name)
+        .await
+        .map_err(kube_err(format!("reading {} {ns}/{name}", F::KIND)))?
+    else {
+        return Ok(Action::await_change());
+    };
+    let mut pass = Pass {
+        ctx,
+        api,
+        ns,
+        obj: current,
+        requeue: Requeue::default(),
+        harvested: None,
+        plans_moved: false,
+        snapshot_taken: false,
+    };
+    pass.run().await
+}
+
+/// One pass over one resource.
+pub struct Pass<'a, F: Family> {
+    /// What every pass shares.
+    pub ctx: &'a Context,
+    /// The family's API in the resource's namespace.
+    pub api: Api<F>,
+    /// The resource's namespace.
+    pub ns: String,
+    /// The resource as last stored.
+    pub obj: F,
+    /// When the next pass is due.
+    pub requeue: Requeue,
+    /// This pass read the outcome of a Job of this operation.
+    harvested: Option<OperationType>,
+    /// This pass published or retired a plan.
+    pub plans_moved: bool,
+    snapshot_taken: bool,
+}
+
+impl<F: Family> Driver for Pass<'_, F> {
+    type Observation = F::Observation;
+    type Status = F::Status;
+    type Effect = F::Effect;
+
+    fn step(&mut self, o: &F::Observation) -> (F::Status, Vec<F::Effect>) {
+        let binding = self.ctx.config.execution.clone();
+        let st = self.obj.status_mut().get_or_insert_with(Default::default);
+        if st.execution_binding().is_none() {
+            *st.execution_binding_mut() = Some(binding);
+        }
+        F::prepare(self);
+        let stepped = self.obj.step(o, &runtime::now());
+        tracing::debug!(kind = F::KIND, name = %self.name(), observation = ?o, "step");
+        stepped
+    }
+
+    fn precedes_status(e: &F::Effect) -> bool {
+        F::precedes_status(e)
+    }
+
+    async fn before_status(&mut self, e: F::Effect) -> Result<(), Error> {
+        F::perform_before(self, e).await
+    }
+
+    async fn write(&mut self, st: F::Status) -> Result<(), Error> {
+        Pass::write(self, st).await
+    }
+
+    async fn perform(&mut self, e: F::Effect) -> Result<Vec<F::Observation>, Error> {
+        Pass::perform(self, e).await
+    }
+
+    fn again_at_once(&mut self) {
+        self.requeue.within(Duration::ZERO);
+    }
+}
+
+impl<F: Family> Pass<'_, F> {
+    /// The resource's name.
+    pub fn name(&self) -> String {
+        self.obj.name_any()
+    }
+
+    /// The status as last stored (or stepped).
+    pub fn status(&self) -> F::Status {
+        self.obj.status().cloned().unwrap_or_default()
+    }
+
+    /// The resource's UID.
+    pub fn uid(&self) -> String {
+        self.obj.meta().uid.clone().unwrap_or_default()
+    }
+
+    async fn run(&mut self) -> Result<Action, Error> {
+        if self.obj.meta().deletion_timestamp.is_some() {
+            return self.finalize().await;
+        }
+        if let Some(release) = self.status().pending_lock_release().cloned() {
+            self.release(&release).await?;
+        }
+        let gathered = self.gather().await?;
+        drive(self, gathered, Seen::Pass.into()).await?;
+        self.cleanup().await?;
+        let want = self.in_flight();
+        if let Some(stored) =
+            runtime::set_finalizer(&self.api, &self.obj, F::FINALIZER, want).await?
+        {
+            self.obj = stored;
+        }
+        let claim = self.status().active_operation().cloned();
+        Ok(std::mem::take(&mut self.requeue).action(claim.as_ref()))
+    }
+
+    /// Writes the status, guarded by the resourceVersion read: a concurrent
+    /// write fails the pass, which starts again from what is stored.
+    pub async fn write(&mut self, status: F::Status) -> Result<(), Error> {
+        if self.obj.status() == Some(&status) {
+            return Ok(());
+        }
+        let mut next = self.obj.clone();
+        *next.status_mut() = Some(status);
+        self.obj = runtime::write_status(&self.api, &next).await?;
+        Ok(())
+    }
+
+    /// Edits the status outside the machine (the Job's UID, a released Lease).
+    pub async fn edit_status(&mut self, f: impl FnOnce(&mut F::Status)) -> Result<(), Error> {
+        let mut st = self.status();
+        f(&mut st);
+        self.write(st).await
+    }
+
+    // ----- what changed -----------------------------------------------------
+
+    async fn gather(&mut self) -> Result<Vec<F::Observation>, Error> {
+        let st = self.status();
+        let mut obs: Vec<F::Observation> = Vec::new();
+        if !self.obj.engine_supported() {
+            obs.push(Seen::EngineUnsupported.into());
+        } else {
+            let verdict = runtime::census(self.ctx, self.obj.claimant()).await?;
+            obs.push(Seen::Realm(verdict).into());
+        }
+        let (generation, digest) = st.observed();
+        match runtime::generation_move(
+            generation,
+            digest,
+            self.obj.meta().generation,
+            self.obj.spec(),
+        ) {
+            Some(GenerationMove::SuspendOnly) => obs.push(Seen::SuspendChanged.into()),
+            Some(GenerationMove::Spec) => obs.push(Seen::GenerationMoved.into()),
+            None => {}
+        }
+        if let Some(recorded) = st.execution_binding()
+            && *recorded != self.ctx.config.execution
+        {
+            let now = self.ctx.config.execution.clone();
+            obs.push(Seen::ExecutionBindingChanged(now).into());
+        }
+        if let Some(recorded) = st.source()
+            && !self.obj.inputs_wait(&st)
+        {
+            let changes = runtime::input_changes(
+                self.ctx,
+                &self.ns,
+                self.obj.source(),
+                recorded,
+                st.active_operation(),
+            )
+            .await;
+            obs.extend(changes.into_iter().map(|c| {
+                match c {
+                    InputChange::Source => Seen::SourceChanged,
+                    InputChange::VerificationPolicy => Seen::VerificationPolicyChanged,
+                }
+                .into()
+            }));
+        }
+        obs.extend(self.claim_observations(&st).await?);
+        obs.extend(self.approval_observations(&st).await?);
+        obs.extend(F::own_observations(self, &st).await?);
+        Ok(obs)
+    }
+
+    /// The claim's Job: its Lease's continuity, then whether it exists, runs
+    /// or ended, and what it left.
+    async fn claim_observations(&mut self, st: &F::Status) -> Result<Vec<F::Observation>, Error> {
+        let Some(c) = st.active_operation().cloned() else {
+            return Ok(Vec::new());
+        };
+        if !c.dispatch_started {
+            // A claim waiting for its Lease: a restart forgot the request.
+            if F::waits_for_lease(&c) && c.lease_epoch.is_none() && c.retry_not_before.is_none() {
+                return Ok(vec![self.acquire(&c).await?]);
+            }
+            return Ok(Vec::new());
+        }
+        let mut obs = Vec::new();
+        if let (Some(epoch), Some(digest)) = (&c.lease_epoch, &c.coordination_digest)
+            && !c.lease_continuity_lost
+        {
+            let holder = F::lease_holder(st, &c);
+            if self.ctx.leases.renew(digest, holder, epoch).await? == Continuity::Lost {
+                obs.push(Seen::LeaseContinuityLost.into());
+            }
+        }
+        match runtime::claim_job(self.ctx, &self.ns, &self.uid(), &c).await? {
+            ClaimJob::Running(uid) => {
+                if c.job_uid.is_none() {
+                    self.record_job_uid(&c, uid).await?;
+                }
+            }
+            ClaimJob::Ended(j) => {
+                if c.job_uid.is_none() {
+                    self.record_job_uid(&c, j.metadata.uid.clone()).await?;
+                }
+                obs.push(self.harvest(&c, Some(&j)).await?);
+            }
+            ClaimJob::Missing { stored: true } => obs.push(self.harvest(&c, None).await?),
+            // The create never happened (the manager stopped after writing
+            // the claim): make the one Job now. A mutating claim is never
+            // dispatched again.
+            ClaimJob::Missing { stored: false }
+                if c.job_uid.is_none() && c.type_ != OperationType::Apply =>
+            {
+                obs.extend(self.dispatch(&c).await?)
+            }
+            ClaimJob::Missing { .. } | ClaimJob::Foreign | ClaimJob::Unnamed => {
+                obs.push(Seen::JobLost.into())
+            }
+        }
+        Ok(obs)
+    }
+
+    /// What a terminal Job of the claim left: a source read for either
+    /// family, the family's own result, or the Job's own state.
+    async fn harvest(
+        &mut self,
+        c: &ActiveOperation,
+        job: Option<&Job>,
+    ) -> Result<F::Observation, Error> {
+        let stored = runtime::stored_result(self.ctx, &self.ns, c).await?;
+        self.harvested = Some(c.type_);
+        let Some(r) = stored else {
+            return Ok(match (c.type_, job) {
+                (_, None) => Seen::JobLost.into(),
+                (OperationType::Apply, Some(j)) => F::apply_without_result(j),
+                // A lost result is safe for a read, which runs again.
+                (_, Some(j)) => {
+                    let pod = runtime::pod_of(self.ctx, &self.ns, j).await?;
+                    Seen::JobFailed {
+                        reason: Reason::OperationFailed,
+                        message: harvest::lost_result(j, pod.as_ref()),
+                    }
+                    .into()
+                }
+            });
+        };
+        let bindings = runtime::bindings(self.ctx, &self.ns, self.obj.source()).await;
+        if let Some(read) = harvest::source_read(c.type_, &r.document, &bindings, &runtime::now()) {
+            return Ok(Seen::from(read).into());
+        }
+        F::harvest(self, c, r).await
+    }
+
+    /// Approvals: the one an Apply claim names, or one of the plan awaited.
+    async fn approval_observations(&self, st: &F::Status) -> Result<Vec<F::Observation>, Error> {
+        let api: Api<F::Approval> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        let mut obs = Vec::new();
+        match (st.active_operation(), F::awaiting_approval(st)) {
+            (Some(c), _)
+                if c.type_ == OperationType::Apply
+                    && !c.dispatch_started
+                    && c.authorization == Some(Authorization::Approval) =>
+            {
+                let gone = match &c.approval_name {
+                    Some(name) => api
+                        .get_opt(name)
+                        .await
+                        .map_err(kube_err(format!("reading approval {name}")))?
+                        .is_none_or(|a| a.meta().uid != c.approval_uid),
+                    None => true,
+                };
+                if gone {
+                    obs.push(Seen::ApprovalAbsent.into());
+                }
+            }
+            (None, Some((plan_uid, fingerprint))) => {
+                let list = api
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(kube_err("listing approvals"))?;
+                let uid = self.uid();
+                let found = list.items.into_iter().find(|a| {
+                    a.owner().uid == uid
+                        && a.plan_ref().uid == plan_uid
+                        && a.plan_fingerprint() == fingerprint
+                        && a.meta().deletion_timestamp.is_none()
+                });
+                if let Some(a) = found {
+                    obs.push(
+                        Seen::ApprovalExists(ApprovalSeen {
+                            name: a.name_any(),
+                            uid: a.meta().uid.clone().unwrap_or_default(),
+                            plan_uid,
+                            plan_fingerprint: fingerprint,
+                            approver: a.approver().cloned(),
+                            approved_at: a.approved_at().cloned(),
+                        })
+                        .into(),
+                    );
+                }
+            }
+            _ => {}
+        }
+        Ok(obs)
+    }
+
+    // ----- effects ----------------------------------------------------------
+
+    async fn perform(&mut self, e: F::Effect) -> Result<Vec<F::Observation>, Error> {
+        let claim = self.status().active_operation().cloned();
+        let mut follow = Vec::new();
+        match F::shared(e) {
+            Ok(Shared::TakeSnapshot) => follow.push(self.take_snapshot().await),
+            Ok(Shared::AcquireLease) => {
+                if let Some(c) = claim {
+                    follow.push(self.acquire(&c).await?);
+                }
+            }
+            Ok(Shared::StartJob) => {
+                if let Some(c) = claim {
+                    follow.extend(self.dispatch(&c).await?);
+                }
+            }
+            Ok(Shared::RetirePlan { name, reason }) => {
+                self.plans_moved = true;
+                // A retired plan authorizes nothing: every approval is stale.
+                let message = format!("plan {name} is no longer current; it authorizes nothing");
+                self.mark_approvals(
+                    |a| a.plan_ref().name == name,
+                    ApprovalConditionType::Stale,
+                    reason,
+                    &message,
+                )
+                .await?;
+            }
+            Ok(Shared::SpendApproval { name, uid }) => {
+                self.mark_approvals(
+                    |a| {
+                        a.meta().name.as_deref() == Some(name.as_str())
+                            && a.meta().uid.as_deref() == Some(uid.as_str())
+                    },
+                    ApprovalConditionType::Consumed,
+                    Reason::DispatchCommitted,
+                    "",
+                )
+                .await?;
+            }
+            Ok(Shared::ReleaseLease(release)) => self.release(&release).await?,
+            Ok(Shared::Event {
+                warning,
+                reason,
+                message,
+            }) => runtime::event(self.ctx, &self.obj, warning, reason, message).await,
+            Ok(Shared::RequeueAt(t)) => self.requeue.at(t.0),
+            Err(own) => follow.extend(F::perform_own(self, own).await?),
+        }
+        Ok(follow)
+    }
+
+    async fn take_snapshot(&mut self) -> F::Observation {
+        let src = self.obj.source();
+        let taken = runtime::take_snapshot(
+            self.ctx,
+            &self.obj,
+            src.config_map.as_ref(),
+            src.source_policy_from.as_ref(),
+        )
+        .await;
+        match taken {
+            Snapshot::Taken(src) => {
+                self.snapshot_taken = true;
+                Seen::SnapshotTaken(*src)
+            }
+            Snapshot::Refused(message) => Seen::SourceRefused { message },
+            Snapshot::Invalid(message) => Seen::ConfigurationError { message },
+            Snapshot::Later => {
+                self.requeue.within(Duration::from_secs(2));
+                Seen::Pass
+            }
+        }
+        .into()
+    }
+
+    async fn acquire(&mut self, c: &ActiveOperation) -> Result<F::Observation, Error> {
+        let digest = c
+            .coordination_digest
+            .clone()
+            .or_else(|| F::recorded_coordination(&self.status()));
+        let Some(digest) = digest else {
+            return Ok(Seen::ConfigurationError {
+                message: "spec.target names no coordination identity".into(),
+            }
+            .into());
+        };
+        let secs = self.ctx.config.lease_duration_seconds;
+        let acquired = self
+            .ctx
+            .leases
+            .acquire(&digest, &c.operation_id, secs)
+            .await?;
+        Ok(match acquired {
+            Acquired::Held {
+                epoch,
+                duration_seconds,
+            } => Seen::LeaseAcquired {
+                epoch,
+                duration_seconds,
+            },
+            Acquired::Busy { retry_after, .. } => {
+                self.requeue.within(retry_after);
+                Seen::LeaseLost
+            }
+        }
+        .into())
+    }
+
+    /// Releases a staged Lease, then clears the stage.
+    async fn release(&mut self, release: &PendingLockRelease) -> Result<(), Error> {
+        self.ctx.leases.release(release).await?;
+        self.edit_status(|st| {
+            if st.pending_lock_release() == Some(release) {
+                *st.pending_lock_release_mut() = None;
+            }
+        })
+        .await
+    }
+
+    /// The one Job create of a claim whose `dispatchStarted` is written.
+    async fn dispatch(&mut self, c: &ActiveOperation) -> Result<Option<F::Observation>, Error> {
+        let input = F::job_input(self, c).await;
+        let src = self.obj.source().clone();
+        Ok(
+            match runtime::dispatch(self.ctx, &self.obj, &src, c, input).await? {
+                Dispatch::Refused(message) => Some(Seen::SourceRefused { message }.into()),
+                Dispatch::NotBuilt { reason, message } => {
+                    Some(Seen::JobNotBuilt { reason, message }.into())
+                }
+                Dispatch::Created(uid) => {
+                    self.record_job_uid(c, uid).await?;
+                    self.ctx.fault(FaultPoint::AfterJobUid, c.type_);
+                    None
+                }
+            },
+        )
+    }
+
+    async fn record_job_uid(
+        &mut self,
+        c: &ActiveOperation,
+        uid: Option<String>,
+    ) -> Result<(), Error> {
+        let (op, attempt) = (c.operation_id.clone(), c.attempt);
+        self.edit_status(|st| {
+            if let Some(claim) = st.active_operation_mut().as_mut()
+                && claim.operation_id == op
+                && claim.attempt == attempt
+            {
+                claim.job_uid = uid;
+            }
+        })
+        .await
+    }
+
+    /// Sets a condition on every approval of this resource `select` picks.
+    async fn mark_approvals(
+        &self,
+        select: impl Fn(&F::Approval) -> bool,
+        type_: ApprovalConditionType,
+        reason: Reason,
+        message: &str,
+    ) -> Result<(), Error> {
+        let api: Api<F::Approval> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(kube_err("listing approvals"))?;
+        let uid = self.uid();
+        for a in list
+            .items
+            .into_iter()
+            .filter(|a| a.owner().uid == uid && select(a))
+        {
+            runtime::mark_approval(&api, a, |a| a.status_mut(), type_, reason, message).await?;
+        }
+        Ok(())
+    }
+
+    // ----- after the outcome is written ---------------------------------------
+
+    /// Cleans every ended Job of the resource that no claim attempt waits
+    /// on, the plans and snapshots status no longer names. A sweep rather
+    /// than a memory of this pass, so a manager stopped right after an
+    /// outcome was written still cleans up.
+    async fn cleanup(&mut self) -> Result<(), Error> {
+        if let Some(op) = self.harvested.take() {
+            self.ctx.fault(FaultPoint::AfterOutcome, op);
+        }
+        let st = self.status();
+        let selector = F::jobs_of(&self.name());
+        runtime::sweep(
+            self.ctx,
+            &self.ns,
+            &self.uid(),
+            &selector,
+            st.active_operation(),
+        )
+        .await?;
+        if std::mem::take(&mut self.plans_moved) {
+            F::collect_plans(self).await?;
+        }
+        if std::mem::take(&mut self.snapshot_taken) {
+            let named = F::snapshots_named(&self.status());
+            runtime::collect_snapshots(self.ctx, &self.obj, &named).await?;
+        }
+        Ok(())
+    }
+
+    // ----- the finalizer --------------------------------------------------------
+
+    /// Something may still be in flight: a claim, a proof owed, a Lease to
+    /// release.
+    fn in_flight(&self) -> bool {
+        let st = self.status();
+        st.active_operation().is_some() || st.pending_lock_release().is_some() || F::proof_owed(&st)
+    }
+
+    /// Deletion waits for a dispatched Apply or a proof's Job to end (the
+    /// database must not be left in a state nothing recorded), then releases
+    /// the Lease and lets the garbage collector take the rest.
+    async fn finalize(&mut self) -> Result<Action, Error> {
+        let st = self.status();
+        let must_end = st.active_operation().filter(|c| {
+            c.dispatch_started && (c.type_ == OperationType::Apply || F::proof_owed(&st))
+        });
+        if let Some(c) = must_end
+            && runtime::job_still_runs(self.ctx, &self.ns, c).await?
+        {
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
+        runtime::release_held(self.ctx, st.active_operation(), st.pending_lock_release()).await?;
+        runtime::set_finalizer(&self.api, &self.obj, F::FINALIZER, false).await?;
+        Ok(Action::await_change())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use futures::executor::block_on;
+
+    use super::*;
+
+    /// An effect of the fake machine: its name, whether it precedes the
+    /// status, and the follow-ups performing it answers.
+    #[derive(Clone, Debug)]
+    struct Fx {
+        name: &'static str,
+        before: bool,
+        follow: Vec<&'static str>,
+    }
+
+    fn fx(name: &'static str, follow: &[&'static str]) -> Fx {
+        Fx {
+            name,
+            before: false,
+            follow: follow.to_vec(),
+        }
+    }
+
+    /// A machine whose steps are scripted by observation, recording every
+    /// call of the loop in order; no API server.
+    #[derive(Default)]
+    struct Fake {
+        script: HashMap<&'static str, Vec<Fx>>,
+        log: Vec<String>,
+        fail_write_of: Option<&'static str>,
+        again: bool,
+    }
+
+    impl Driver for Fake {
+        type Observation = &'static str;
+        type Status = &'static str;
+        type Effect = Fx;
+
+        fn step(&mut self, o: &&'static str) -> (&'static str, Vec<Fx>) {
+            self.log.push(format!("step {o}"));
+            (o, self.script.get(o).cloned().unwrap_or_default())
+        }
+
+        fn precedes_status(e: &Fx) -> bool {
+            e.before
+        }
+
+        async fn before_status(&mut self, e: Fx) -> Result<(), Error> {
+            self.log.push(format!("before {}", e.name));
+            Ok(())
+        }
+
+        async fn write(&mut self, st: &'static str) -> Result<(), Error> {
+            self.log.push(format!("write {st}"));
+            if self.fail_write_of == Some(st) {
+                return Err(Error::NotStored(st.into()));
+            }
+            Ok(())
+        }
+
+        async fn perform(&mut self, e: Fx) -> Result<Vec<&'static str>, Error> {
+            self.log.push(format!("perform {}", e.name));
+            Ok(e.follow)
+        }
+
+        fn again_at_once(&mut self) {
+            self.again = true;
+        }
+    }
+
+    #[test]
+    fn the_status_is_written_after_what_precedes_it_and_before_every_other_effect() {
+        let mut d = Fake::default();
+        let copy = Fx {
+            before: true,
+            ..fx("annotate", &[])
+        };
+        d.script
+            .insert("ran", vec![fx("event", &[]), copy, fx("release", &[])]);
+        block_on(drive(&mut d, vec!["ran"], "pass")).unwrap();
+        assert_eq!(
+            d.log,
+            [
+                "step ran",
+                "before annotate",
+                "write ran",
+                "perform event",
+                "perform release",
+                "step pass",
+                "write pass",
+            ]
+        );
+        assert!(!d.again);
+    }
+
+    #[test]
+    fn follow_ups_are_stepped_before_what_was_gathered_in_their_order() {
+        let mut d = Fake::default();
+        d.script.insert(
+            "claimed",
+            vec![fx("lease", &["leased"]), fx("snapshot", &["taken"])],
+        );
+        d.script.insert("leased", vec![fx("job", &["created"])]);
+        block_on(drive(&mut d, vec!["claimed", "gathered"], "pass")).unwrap();
+        let steps: Vec<&str> = d
+            .log
+            .iter()
+            .filter_map(|l| l.strip_prefix("step "))
+            .collect();
+        assert_eq!(
+            steps,
+            ["claimed", "leased", "created", "taken", "gathered", "pass"]
+        );
+    }
+
+    #[test]
+    fn the_step_limit_ends_the_pass_and_asks_for_the_next_at_once() {
+        let mut d = Fake::default();
+        // A machine that always asks again: the loop must still end.
+        d.script.insert("again", vec![fx("requeue", &["again"])]);
+        block_on(drive(&mut d, vec!["again"], "pass")).unwrap();
+        let steps = d.log.iter().filter(|l| l.starts_with("step ")).count();
+        assert_eq!(steps, MAX_STEPS);
+        assert!(d.again, "the rest waits for a pass that comes at once");
+        assert!(!d.log.contains(&"step pass".to_string()));
+    }
+
+    #[test]
+    fn a_failed_status_write_performs_nothing_after_it() {
+        let mut d = Fake {
+            fail_write_of: Some("claimed"),
+            ..Fake::default()
+        };
+        d.script.insert("claimed", vec![fx("job", &["created"])]);
+        assert!(block_on(drive(&mut d, vec!["claimed"], "pass")).is_err());
+        assert_eq!(d.log, ["step claimed", "write claimed"]);
+    }
+}
