@@ -39,9 +39,13 @@ impl Pki {
         self.path("ca.crt")
     }
 
-    /// Creates every certificate and key unless the CA already exists.
+    /// Creates every certificate and key unless the CA already exists with
+    /// every client's; a client added since makes the whole PKI anew.
     pub fn ensure(&self, clients: &[ClientIdentity]) -> anyhow::Result<()> {
-        if self.ca_cert().is_file() {
+        let complete = clients
+            .iter()
+            .all(|c| self.path(&format!("{}.crt", c.file)).is_file());
+        if self.ca_cert().is_file() && complete {
             return Ok(());
         }
         fs::create_dir_all(&self.dir)?;

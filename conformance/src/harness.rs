@@ -148,6 +148,15 @@ impl Harness {
     pub fn kubeconfig(&self) -> PathBuf {
         self.state.join("kubeconfig")
     }
+    /// The kubeconfig of the managers tests start (user [`OPERATOR_USER`]).
+    pub fn operator_kubeconfig(&self) -> PathBuf {
+        self.state.join("operator.kubeconfig")
+    }
+    /// The API server's audit log: every request of [`OPERATOR_USER`], at
+    /// metadata level, one JSON event a line.
+    pub fn audit_log(&self) -> PathBuf {
+        self.state.join("audit.log")
+    }
     pub fn env_file(&self) -> PathBuf {
         self.state.join("env")
     }
@@ -248,6 +257,13 @@ impl Harness {
                 common_name: "ptah-harness-admin".into(),
                 group: Some("system:masters".into()),
             },
+            // The managers the tests start: their own user, so the audit
+            // log holds their requests and no one else's.
+            ClientIdentity {
+                file: "operator",
+                common_name: OPERATOR_USER.into(),
+                group: Some("system:masters".into()),
+            },
             ClientIdentity {
                 file: "controller-manager",
                 common_name: "system:kube-controller-manager".into(),
@@ -267,6 +283,7 @@ impl Harness {
         let server = format!("https://127.0.0.1:{}", ports.apiserver);
         for (file, user) in [
             ("kubeconfig", "admin"),
+            ("operator.kubeconfig", "operator"),
             ("controller-manager.kubeconfig", "controller-manager"),
             ("scheduler.kubeconfig", "scheduler"),
             ("kubelet.kubeconfig", "kubelet"),
@@ -304,6 +321,8 @@ impl Harness {
         service::wait_port(&self.state, &etcd, Duration::from_secs(30))?;
 
         let p = |f: &str| pki.path(f).display().to_string();
+        let audit_policy = self.state.join("audit-policy.yaml");
+        fs::write(&audit_policy, AUDIT_POLICY)?;
         let apiserver = ServiceSpec::new("kube-apiserver", bin.join("kube-apiserver"))
             .args([
                 format!("--etcd-servers=http://127.0.0.1:{}", ports.etcd_client),
@@ -329,6 +348,11 @@ impl Harness {
                 "--enable-admission-plugins=NodeRestriction".to_string(),
                 "--allow-privileged=true".to_string(),
                 "--endpoint-reconciler-type=none".to_string(),
+                format!("--audit-policy-file={}", audit_policy.display()),
+                format!("--audit-log-path={}", self.audit_log().display()),
+                "--audit-log-format=json".to_string(),
+                "--audit-log-maxsize=256".to_string(),
+                "--audit-log-maxbackup=1".to_string(),
                 format!(
                     "--cert-dir={}",
                     self.state.join("apiserver-certs").display()
@@ -905,6 +929,20 @@ fn chown_r(path: &Path, uid: u32, gid: u32) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The user the managers tests start authenticate as.
+pub const OPERATOR_USER: &str = "ptah-operator";
+
+/// Metadata of the managers' requests once they complete; nothing of anyone
+/// else's (the tests' own clients, the control plane).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: [ptah-operator]
+- level: None
+";
 
 fn write_kubeconfig(path: &Path, server: &str, pki: &Pki, user: &str) -> anyhow::Result<()> {
     use base64::Engine;

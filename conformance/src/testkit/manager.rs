@@ -60,7 +60,7 @@ impl Manager {
         let log = dir.join(format!("{}-{}.log", ns, super::unique("m")));
         let out = std::fs::File::create(&log)?;
         let mut cmd = Command::new(&exe);
-        cmd.env("KUBECONFIG", harness.kubeconfig())
+        cmd.env("KUBECONFIG", harness.operator_kubeconfig())
             .env("RUST_LOG", "info,ptah_operator=debug,kube=warn")
             .arg(format!("--listen=127.0.0.1:{}", spec.port.unwrap_or(0)))
             .arg(format!(

@@ -121,9 +121,20 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let client = kube::Client::try_default()
+    let holder = args
+        .holder
+        .clone()
+        .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
+    let mut kube_config = kube::Config::infer()
         .await
         .context("connecting to the API server (KUBECONFIG or in-cluster)")?;
+    // Audit logs and API server metrics tell this manager's requests apart.
+    let agent = format!("ptah-operator/{} ({holder})", env!("CARGO_PKG_VERSION"));
+    kube_config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_str(&agent).context("--holder is not a header value")?,
+    ));
+    let client = kube::Client::try_from(kube_config).context("building the API client")?;
     let tls = match (&args.tls_cert, &args.tls_key, &args.tls_ca) {
         (Some(cert), Some(key), Some(ca)) => Tls::from_files(cert, key, ca)?,
         _ => {
@@ -159,10 +170,6 @@ async fn main() -> anyhow::Result<()> {
     );
     let ca_pem = tls.ca_pem.clone();
     let server = tokio::spawn(async move { server::serve(listener, &tls, routes, 9 << 20).await });
-    let holder = args
-        .holder
-        .clone()
-        .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
     let execution = ExecutionBinding {
         epoch: epoch_of(&[
             "1",

@@ -70,6 +70,10 @@ pub trait Family:
     fn precedes_status(_e: &Self::Effect) -> bool {
         false
     }
+    /// The store of its resources.
+    fn store(s: &super::Stores) -> &kube::runtime::reflector::Store<Self>;
+    /// The store of its approvals.
+    fn approvals(s: &super::Stores) -> &kube::runtime::reflector::Store<Self::Approval>;
     /// The label selector of the resource's Jobs.
     fn jobs_of(name: &str) -> String;
     /// The pieces of the spec its Jobs are built from.
@@ -145,6 +149,8 @@ macro_rules! family_fields {
         claimant: $claimant:path,
         approval: $approval:ty,
         finalizer: $finalizer:expr,
+        stores: $store:ident,
+        approvals_in: $approvals:ident,
         jobs_of: $jobs_of:path,
         awaiting_approval: $awaiting:path $(,)?
     ) => {
@@ -191,6 +197,14 @@ macro_rules! family_fields {
 
         fn shared(e: Self::Effect) -> Result<$crate::lifecycle::common::Shared, Self::Effect> {
             e.shared()
+        }
+
+        fn store(s: &super::Stores) -> &kube::runtime::reflector::Store<Self> {
+            &s.$store
+        }
+
+        fn approvals(s: &super::Stores) -> &kube::runtime::reflector::Store<$approval> {
+            &s.$approvals
         }
 
         fn jobs_of(name: &str) -> String {

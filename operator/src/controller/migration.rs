@@ -6,7 +6,7 @@
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 
 use super::family::{Family, named_snapshots};
 use super::harvest;
@@ -14,7 +14,7 @@ use super::migration_harvest::{run_report, verdict};
 use super::pass::Pass;
 use super::{Error, kube_err, migration_dispatch};
 use crate::api::annotations::{MIGRATION_FINALIZER, UNRESOLVED_RUN};
-use crate::api::approval::{PtahMigrationApproval, PtahMigrationRunAcknowledgment};
+use crate::api::approval::PtahMigrationApproval;
 use crate::api::condition::{MigrationPhase, Reason};
 use crate::api::migration::{PtahMigration, PtahMigrationSpec, PtahMigrationStatus};
 use crate::api::status::{ActiveOperation, OperationType};
@@ -35,6 +35,8 @@ impl Family for PtahMigration {
         claimant: realm::claimant_of_migration,
         approval: PtahMigrationApproval,
         finalizer: MIGRATION_FINALIZER,
+        stores: migrations,
+        approvals_in: migration_approvals,
         jobs_of: migration_dispatch::jobs_of,
         awaiting_approval: MigrationPhase::AwaitingApproval,
     );
@@ -108,15 +110,11 @@ impl Family for PtahMigration {
         let Some(run) = &st.unresolved_run else {
             return Ok(Vec::new());
         };
-        let acks: Api<PtahMigrationRunAcknowledgment> =
-            Api::namespaced(pass.ctx.client.clone(), &pass.ns);
-        let list = acks
-            .list(&ListParams::default())
-            .await
-            .map_err(kube_err("listing PtahMigrationRunAcknowledgments"))?;
         let uid = pass.uid();
-        let found = list.items.into_iter().find(|a| {
-            a.spec.migration_ref.uid == uid
+        let ns = pass.ns.as_str();
+        let found = pass.ctx.stores().acknowledgments.find(|a| {
+            a.metadata.namespace.as_deref() == Some(ns)
+                && a.spec.migration_ref.uid == uid
                 && a.spec.operation_id == run.operation_id
                 && a.spec.acknowledged_by.is_some()
         });

@@ -28,27 +28,22 @@ mod migration_harvest;
 mod pass;
 mod runtime;
 mod schema;
+mod stores;
+pub use stores::Stores;
 
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 
 use crate::api::status::OperationType;
 use kube::{Client, ResourceExt};
 
-use crate::api::approval::{Approval, PtahMigrationRunAcknowledgment};
-use crate::api::migration::PtahMigration;
-use crate::api::realm::PtahRealm;
-use crate::api::schema::PtahSchema;
+use crate::api::approval::Approval;
 use crate::api::status::{ExecutionBinding, OperationStatus};
-use crate::execution::job::{Images, LABEL_MANAGED_BY, MANAGED_BY};
+use crate::execution::job::{Images, MANAGED_BY};
 use crate::execution::lease::Leases;
 use crate::execution::receiver::TokenKey;
 
@@ -110,6 +105,11 @@ pub struct Context {
     pub recorder: Recorder,
     /// Consecutive failed passes per object.
     pub backoff: error::Backoff,
+    /// The shared watches' stores, once each holds its first list.
+    stores: std::sync::OnceLock<Stores>,
+    /// The resourceVersion of each object as this manager last read or
+    /// wrote it: a store copy of another version may trail our own write.
+    versions: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl Context {
@@ -140,7 +140,35 @@ impl Context {
             receiver_ca_pem,
             recorder,
             backoff: error::Backoff::default(),
+            stores: std::sync::OnceLock::new(),
+            versions: Default::default(),
         }
+    }
+
+    /// The shared watches' stores; [`run`] sets them before any pass.
+    pub fn stores(&self) -> &Stores {
+        self.stores
+            .get()
+            .expect("the stores are set before the first pass")
+    }
+
+    /// Whether the store's copy of an object, at `version`, is the one this
+    /// manager last read or wrote (or it has seen none since it started).
+    fn current(&self, key: &str, version: Option<&str>) -> bool {
+        let versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+        versions
+            .get(key)
+            .is_none_or(|v| Some(v.as_str()) == version)
+    }
+
+    /// Records the version of an object this manager last read or wrote;
+    /// `None` forgets it (the object is gone).
+    fn saw(&self, key: &str, version: Option<&str>) {
+        let mut versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+        match version {
+            Some(v) => versions.insert(key.to_string(), v.to_string()),
+            None => versions.remove(key),
+        };
     }
 
     /// Stops the process if the test asked for a fault at `point` of an
@@ -157,92 +185,80 @@ impl Context {
 
 pub use error::{Error, kube_err};
 
-/// Runs the PtahSchema and PtahMigration controllers until their watches end.
+/// Runs the PtahSchema and PtahMigration controllers until their watches
+/// end: one watch per kind, shared by both.
 pub async fn run(ctx: Arc<Context>) {
-    let client = ctx.client.clone();
-    let ns = ctx.config.watch_namespace.clone();
-    let acks = api::<PtahMigrationRunAcknowledgment>(&client, ns.as_deref());
-    let schemas = family::<PtahSchema>(ctx.clone(), |c| c);
-    // An acknowledgment of an unresolved run wakes the migration it names.
-    let migrations = family::<PtahMigration>(ctx, move |c| {
-        c.watches(acks, watcher::Config::default(), |a| {
-            Some(
-                ObjectRef::new(&a.spec.migration_ref.name)
-                    .within(&a.namespace().unwrap_or_default()),
-            )
-        })
-    });
-    futures::join!(schemas, migrations);
-}
-
-/// The API of a namespaced kind: one namespace, or all.
-fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match ns {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
+    let shared = stores::start(&ctx.client, ctx.config.watch_namespace.as_deref());
+    let watches = futures::future::join_all(shared.watches);
+    let stores = shared.stores;
+    let (schema_subs, migration_subs, acks) =
+        (shared.schemas, shared.migrations, shared.acknowledgments);
+    let controllers = async move {
+        stores.ready().await;
+        tracing::info!("watches listed; starting the controllers");
+        let _ = ctx.stores.set(stores.clone());
+        let schemas = family(ctx.clone(), &stores, schema_subs, |c| c);
+        // An acknowledgment of an unresolved run wakes the migration it names.
+        let migrations = family(ctx, &stores, migration_subs, move |c| {
+            c.watches_shared_stream(acks, |a| {
+                Some(
+                    ObjectRef::new(&a.spec.migration_ref.name)
+                        .within(&a.namespace().unwrap_or_default()),
+                )
+            })
+        });
+        futures::join!(schemas, migrations);
+    };
+    // The watches run for as long as the controllers do.
+    futures::future::select(Box::pin(watches), Box::pin(controllers)).await;
 }
 
 /// One family's controller: its resources, the Jobs they own, their
 /// approvals, and the ConfigMaps and PtahRealms they name, each event
 /// waking the resources that name it; `more` adds the family's own watches.
-async fn family<K: Family>(ctx: Arc<Context>, more: impl FnOnce(Controller<K>) -> Controller<K>) {
-    let client = ctx.client.clone();
-    let scoped = ctx.config.watch_namespace.clone();
-    let ns = scoped.as_deref();
-    let controller = Controller::new(api::<K>(&client, ns), watcher::Config::default());
-    let store = controller.store();
+async fn family<K: Family>(
+    ctx: Arc<Context>,
+    stores: &Stores,
+    subs: stores::Subscribers<K, K::Approval>,
+    more: impl FnOnce(Controller<K>) -> Controller<K>,
+) {
+    let store = K::store(stores).clone();
     let by_config_map = store.clone();
-    let by_realm = store;
+    let by_realm = store.clone();
     // A person's decision wakes the resource it names at once.
-    let controller = controller.watches(
-        api::<K::Approval>(&client, ns),
-        watcher::Config::default(),
-        |a| Some(ObjectRef::new(&a.owner().name).within(&a.namespace().unwrap_or_default())),
-    );
+    let controller = Controller::for_shared_stream(subs.resources, store)
+        .watches_shared_stream(subs.approvals, |a| {
+            Some(ObjectRef::new(&a.owner().name).within(&a.namespace().unwrap_or_default()))
+        });
     more(controller)
-        .owns(
-            api::<Job>(&client, ns),
-            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")),
-        )
-        .watches(
-            api::<ConfigMap>(&client, ns),
-            watcher::Config::default(),
-            move |cm| {
-                let ns = cm.namespace().unwrap_or_default();
-                let name = cm.name_any();
-                by_config_map
-                    .state()
-                    .into_iter()
-                    .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
-                    .filter(|r| inputs::names_config_map(r.source(), &name))
-                    .map(|r| ObjectRef::from_obj(&*r))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .watches(
-            Api::<PtahRealm>::all(client.clone()),
-            watcher::Config::default(),
-            move |realm| {
-                let name = realm.name_any();
-                by_realm
-                    .state()
-                    .into_iter()
-                    .filter(|r| {
-                        r.job_spec()
-                            .target
-                            .realm_ref
-                            .as_ref()
-                            .map(|x| x.name.as_str())
-                            == Some(name.as_str())
-                    })
-                    .map(|r| ObjectRef::from_obj(&*r))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .owns_shared_stream(subs.jobs)
+        .watches_shared_stream(subs.config_maps, move |cm| {
+            let ns = cm.namespace().unwrap_or_default();
+            let name = cm.name_any();
+            by_config_map
+                .state()
+                .into_iter()
+                .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+                .filter(|r| inputs::names_config_map(r.source(), &name))
+                .map(|r| ObjectRef::from_obj(&*r))
+                .collect::<Vec<_>>()
+        })
+        .watches_shared_stream(subs.realms, move |realm| {
+            let name = realm.name_any();
+            by_realm
+                .state()
+                .into_iter()
+                .filter(|r| {
+                    r.job_spec()
+                        .target
+                        .realm_ref
+                        .as_ref()
+                        .map(|x| x.name.as_str())
+                        == Some(name.as_str())
+                })
+                .map(|r| ObjectRef::from_obj(&*r))
+                .collect::<Vec<_>>()
+        })
         .shutdown_on_signal()
         .run(pass::reconcile::<K>, error_policy, ctx)
         .for_each(|res| async move {

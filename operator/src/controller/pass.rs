@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::family::Family;
@@ -106,20 +107,30 @@ pub async fn reconcile<F: Family>(obj: Arc<F>, ctx: Arc<Context>) -> Result<Acti
 }
 
 async fn reconcile_once<F: Family>(obj: &F, ctx: &Context) -> Result<Action, Error> {
-    let ns = obj.namespace().unwrap_or_default();
-    let name = obj.name_any();
-    let api: Api<F> = Api::namespaced(ctx.client.clone(), &ns);
-    // The watch cache can trail our own writes: decide on the object as stored.
-    let Some(current) = api
-        .get_opt(&name)
-        .await
-        .map_err(kube_err(format!("reading {} {ns}/{name}", F::KIND)))?
-    else {
-        return Ok(Action::await_change());
+    let key = object_key(obj);
+    // The store's copy decides unless it may trail this manager's own write:
+    // then the object as stored does.
+    let current = if ctx.current(&key, obj.meta().resource_version.as_deref()) {
+        obj.clone()
+    } else {
+        let ns = obj.namespace().unwrap_or_default();
+        let api: Api<F> = Api::namespaced(ctx.client.clone(), &ns);
+        match api
+            .get_opt(&obj.name_any())
+            .await
+            .map_err(kube_err(format!("reading {key}")))?
+        {
+            Some(o) => o,
+            None => {
+                ctx.saw(&key, None);
+                return Ok(Action::await_change());
+            }
+        }
     };
+    let ns = current.namespace().unwrap_or_default();
     let mut pass = Pass {
         ctx,
-        api,
+        api: Api::namespaced(ctx.client.clone(), &ns),
         ns,
         obj: current,
         requeue: Requeue::default(),
@@ -127,7 +138,12 @@ async fn reconcile_once<F: Family>(obj: &F, ctx: &Context) -> Result<Action, Err
         plans_moved: false,
         snapshot_taken: false,
     };
-    pass.run().await
+    let result = pass.run().await;
+    let meta = pass.obj.meta();
+    let gone = meta.deletion_timestamp.is_some() && pass.obj.finalizers().is_empty();
+    let version = meta.resource_version.as_deref().filter(|_| !gone);
+    ctx.saw(&key, version);
+    result
 }
 
 /// One pass over one resource.
@@ -250,7 +266,7 @@ impl<F: Family> Pass<'_, F> {
         if !self.obj.engine_supported() {
             obs.push(Seen::EngineUnsupported.into());
         } else {
-            let verdict = runtime::census(self.ctx, self.obj.claimant()).await?;
+            let verdict = runtime::census(self.ctx.stores(), self.obj.claimant());
             obs.push(Seen::Realm(verdict).into());
         }
         let (generation, digest) = st.observed();
@@ -290,7 +306,7 @@ impl<F: Family> Pass<'_, F> {
             }));
         }
         obs.extend(self.claim_observations(&st).await?);
-        obs.extend(self.approval_observations(&st).await?);
+        obs.extend(self.approval_observations(&st));
         obs.extend(F::own_observations(self, &st).await?);
         Ok(obs)
     }
@@ -376,9 +392,10 @@ impl<F: Family> Pass<'_, F> {
         F::harvest(self, c, r).await
     }
 
-    /// Approvals: the one an Apply claim names, or one of the plan awaited.
-    async fn approval_observations(&self, st: &F::Status) -> Result<Vec<F::Observation>, Error> {
-        let api: Api<F::Approval> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+    /// Approvals, from the store: the one an Apply claim names, or one of
+    /// the plan awaited.
+    fn approval_observations(&self, st: &F::Status) -> Vec<F::Observation> {
+        let store = F::approvals(self.ctx.stores());
         let mut obs = Vec::new();
         match (st.active_operation(), F::awaiting_approval(st)) {
             (Some(c), _)
@@ -386,26 +403,20 @@ impl<F: Family> Pass<'_, F> {
                     && !c.dispatch_started
                     && c.authorization == Some(Authorization::Approval) =>
             {
-                let gone = match &c.approval_name {
-                    Some(name) => api
-                        .get_opt(name)
-                        .await
-                        .map_err(kube_err(format!("reading approval {name}")))?
-                        .is_none_or(|a| a.meta().uid != c.approval_uid),
-                    None => true,
-                };
+                let gone = c.approval_name.as_ref().is_none_or(|name| {
+                    store
+                        .get(&ObjectRef::new(name).within(&self.ns))
+                        .is_none_or(|a| a.meta().uid != c.approval_uid)
+                });
                 if gone {
                     obs.push(Seen::ApprovalAbsent.into());
                 }
             }
             (None, Some((plan_uid, fingerprint))) => {
-                let list = api
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(kube_err("listing approvals"))?;
                 let uid = self.uid();
-                let found = list.items.into_iter().find(|a| {
-                    a.owner().uid == uid
+                let found = store.find(|a| {
+                    a.meta().namespace.as_deref() == Some(self.ns.as_str())
+                        && a.owner().uid == uid
                         && a.plan_ref().uid == plan_uid
                         && a.plan_fingerprint() == fingerprint
                         && a.meta().deletion_timestamp.is_none()
@@ -426,7 +437,7 @@ impl<F: Family> Pass<'_, F> {
             }
             _ => {}
         }
-        Ok(obs)
+        obs
     }
 
     // ----- effects ----------------------------------------------------------
@@ -595,16 +606,13 @@ impl<F: Family> Pass<'_, F> {
         message: &str,
     ) -> Result<(), Error> {
         let api: Api<F::Approval> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .map_err(kube_err("listing approvals"))?;
         let uid = self.uid();
-        for a in list
-            .items
-            .into_iter()
-            .filter(|a| a.owner().uid == uid && select(a))
-        {
+        let ns = self.ns.as_str();
+        let picked = F::approvals(self.ctx.stores()).state_filter(|a| {
+            a.meta().namespace.as_deref() == Some(ns) && a.owner().uid == uid && select(a)
+        });
+        for a in picked {
+            let a = (*a).clone();
             runtime::mark_approval(&api, a, |a| a.status_mut(), type_, reason, message).await?;
         }
         Ok(())
@@ -663,7 +671,11 @@ impl<F: Family> Pass<'_, F> {
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
         runtime::release_held(self.ctx, st.active_operation(), st.pending_lock_release()).await?;
-        runtime::set_finalizer(&self.api, &self.obj, F::FINALIZER, false).await?;
+        if let Some(stored) =
+            runtime::set_finalizer(&self.api, &self.obj, F::FINALIZER, false).await?
+        {
+            self.obj = stored;
+        }
         Ok(Action::await_change())
     }
 }

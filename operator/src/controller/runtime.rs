@@ -20,9 +20,7 @@ use serde::de::DeserializeOwned;
 use super::harvest::Bindings;
 use super::{Context, Error, FaultPoint, inputs, kube_err};
 use crate::api::condition::Reason;
-use crate::api::migration::PtahMigration;
 use crate::api::realm::PtahRealm;
-use crate::api::schema::PtahSchema;
 use crate::api::source::{ConfigMapSource, Source, SourceKind, SourceStatus};
 use crate::api::status::{ActiveOperation, OperationType};
 use crate::execution::job::{ClaimInput, build_job, is_job_of_claim};
@@ -90,37 +88,30 @@ where
         .map_err(kube_err(format!("writing the status of {name}")))
 }
 
-/// The realm census: every claimant in the cluster and the PtahRealms.
-pub async fn census(ctx: &Context, me: Option<Claimant>) -> Result<RealmVerdict, Error> {
+/// The realm census over the stores: every claimant the manager watches
+/// and the PtahRealms. Pure.
+pub fn census(stores: &super::Stores, me: Option<Claimant>) -> RealmVerdict {
     let Some(me) = me else {
-        return Ok(RealmVerdict::Ok);
+        return RealmVerdict::Ok;
     };
-    let client = ctx.client.clone();
-    let lp = ListParams::default();
-    let schemas = Api::<PtahSchema>::all(client.clone())
-        .list(&lp)
-        .await
-        .map_err(kube_err("listing PtahSchemas for the realm census"))?;
-    let migrations = Api::<PtahMigration>::all(client.clone())
-        .list(&lp)
-        .await
-        .map_err(kube_err("listing PtahMigrations for the realm census"))?;
-    let realms = Api::<PtahRealm>::all(client)
-        .list(&lp)
-        .await
-        .map_err(kube_err("listing PtahRealms for the realm census"))?;
+    let schemas = stores.schemas.state();
+    let migrations = stores.migrations.state();
     let all: Vec<Claimant> = schemas
-        .items
         .iter()
-        .filter_map(realm::claimant_of_schema)
+        .filter_map(|s| realm::claimant_of_schema(s))
         .chain(
             migrations
-                .items
                 .iter()
-                .filter_map(realm::claimant_of_migration),
+                .filter_map(|m| realm::claimant_of_migration(m)),
         )
         .collect();
-    Ok(realm::verdict(&me, &all, &realms.items))
+    let realms: Vec<PtahRealm> = stores
+        .realms
+        .state()
+        .iter()
+        .map(|r| (**r).clone())
+        .collect();
+    realm::verdict(&me, &all, &realms)
 }
 
 /// What changed in what the source names since it was recorded.
@@ -393,6 +384,20 @@ pub async fn create_job(
 /// The receiver's CA, where this namespace's Pods can mount it.
 async fn publish_receiver_ca(ctx: &Context, ns: &str) -> Result<(), Error> {
     let cm = receiver_ca_config_map(ns, &ctx.receiver_ca_pem);
+    // Published already, with this CA: the metadata store says so.
+    let digest = cm
+        .annotations()
+        .get(crate::api::annotations::RECEIVER_CA_DIGEST);
+    let published = ctx.stores().config_maps.find(|m| {
+        m.metadata.namespace.as_deref() == Some(ns)
+            && m.metadata.name == cm.metadata.name
+            && m.annotations()
+                .get(crate::api::annotations::RECEIVER_CA_DIGEST)
+                == digest
+    });
+    if published.is_some() {
+        return Ok(());
+    }
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let name = cm.name_any();
     api.patch(
@@ -473,11 +478,15 @@ pub async fn sweep(
 ) -> Result<(), Error> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let list = jobs
-        .list(&ListParams::default().labels(selector))
-        .await
-        .map_err(kube_err("listing the resource's Jobs"))?;
-    for job in list.items {
+    // The manager's Job store, not a LIST: a Job that ended after it was
+    // last delivered is swept by the pass its own event wakes.
+    let (key, value) = selector.split_once('=').unwrap_or((selector, ""));
+    let listed = ctx.stores().jobs.state_filter(|j| {
+        j.namespace().as_deref() == Some(ns)
+            && j.labels().get(key).map(String::as_str) == Some(value)
+    });
+    for job in listed {
+        let job = (*job).clone();
         let name = job.name_any();
         let ours = job
             .owner_references()

@@ -36,6 +36,8 @@ impl Family for PtahSchema {
         claimant: realm::claimant_of_schema,
         approval: PtahSchemaApproval,
         finalizer: SCHEMA_FINALIZER,
+        stores: schemas,
+        approvals_in: schema_approvals,
         jobs_of: dispatch::jobs_of,
         awaiting_approval: SchemaPhase::AwaitingApproval,
     );

@@ -141,33 +141,13 @@ pub const RESULT_TOKEN_KEY: &str = "token";
 use crate::protocol::naming::{self, is_dns_label, is_dns_subdomain, sha256_hex};
 pub use crate::protocol::naming::{MAX_JOB_NAME, OwnerKind, job_name, operation_name};
 
-/// `app.kubernetes.io/managed-by`.
-pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-/// `app.kubernetes.io/component`.
-pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
-/// The operation, lower case.
-pub const LABEL_OPERATION: &str = "operator.ptah.run/operation";
-/// The first 16 hex digits of the operation id (the label of the full id
-/// would not be a valid label value).
-pub const LABEL_OPERATION_ID: &str = "operator.ptah.run/operation-id";
-/// The value of [`LABEL_MANAGED_BY`].
-pub const MANAGED_BY: &str = "ptah-operator";
-/// Annotation: the full operation id.
-pub const ANNOTATION_OPERATION_ID: &str = "operator.ptah.run/operation-id";
-/// Annotation: the claim's input fingerprint.
-pub const ANNOTATION_INPUT_FINGERPRINT: &str = "operator.ptah.run/input-fingerprint";
-/// Annotation: the attempt under the claim.
-pub const ANNOTATION_ATTEMPT: &str = "operator.ptah.run/attempt";
-/// Annotation: the resource generation the operation was dispatched for.
-pub const ANNOTATION_GENERATION: &str = "operator.ptah.run/resource-generation";
-/// Annotation: the source content digest the operation reads.
-pub const ANNOTATION_CONTENT_DIGEST: &str = "operator.ptah.run/source-content-digest";
-/// Annotation: the plan fingerprint an Apply runs.
-pub const ANNOTATION_PLAN_FINGERPRINT: &str = "operator.ptah.run/plan-fingerprint";
-/// Annotation: the plan content digest a schema Apply runs.
-pub const ANNOTATION_PLAN_CONTENT_DIGEST: &str = "operator.ptah.run/plan-content-digest";
-/// Annotation that keeps the cluster autoscaler from evicting an Apply.
-pub const ANNOTATION_SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+// The names live with every other label and annotation name.
+pub use crate::api::annotations::{
+    ANNOTATION_ATTEMPT, ANNOTATION_CONTENT_DIGEST, ANNOTATION_GENERATION,
+    ANNOTATION_INPUT_FINGERPRINT, ANNOTATION_OPERATION_ID, ANNOTATION_PLAN_CONTENT_DIGEST,
+    ANNOTATION_PLAN_FINGERPRINT, ANNOTATION_SAFE_TO_EVICT, LABEL_COMPONENT, LABEL_MANAGED_BY,
+    LABEL_OPERATION, LABEL_OPERATION_ID, MANAGED_BY,
+};
 
 const SECRET_MODE: i32 = 0o440;
 const SOURCE_DIR: &str = "/source";

@@ -33,13 +33,10 @@ use crate::protocol::receiver::content_sha256 as sha256_hex;
 pub const NAME_PREFIX: &str = "ptah-realm-";
 /// `app.kubernetes.io/component` of a realm Lease.
 pub const COMPONENT: &str = "realm-lease";
-/// Annotation: the epoch of the current acquisition.
-pub const ANNOTATION_LEASE_EPOCH: &str = "operator.ptah.run/lease-epoch";
-/// Annotation: the operation (claim) the Lease is held for.
-pub const ANNOTATION_LEASE_OPERATION: &str = "operator.ptah.run/lease-operation";
-/// Annotation: the coordination digest the Lease guards (its name keeps only
-/// a prefix of it).
-pub const ANNOTATION_COORDINATION_DIGEST: &str = "operator.ptah.run/coordination-digest";
+// The names live with every other label and annotation name.
+pub use crate::api::annotations::{
+    ANNOTATION_COORDINATION_DIGEST, ANNOTATION_LEASE_EPOCH, ANNOTATION_LEASE_OPERATION,
+};
 
 /// The bounds of `leaseDurationSeconds`, as the claim's schema has them.
 const MIN_DURATION_SECONDS: i32 = 5;

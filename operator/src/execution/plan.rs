@@ -63,8 +63,8 @@ use crate::lifecycle::conditions;
 pub const PLAN_COMPONENT: &str = "schema-plan";
 /// `app.kubernetes.io/component` of a chunk.
 pub const CHUNK_COMPONENT: &str = "schema-plan-chunk";
-/// Label of a chunk: the UID of the plan that owns it.
-pub const LABEL_PLAN_UID: &str = "operator.ptah.run/plan-uid";
+// The names live with every other label and annotation name.
+pub use crate::api::annotations::LABEL_PLAN_UID;
 /// Hex digits of the fingerprint in a plan's name.
 const NAME_HEX: usize = 12;
 /// Longest plan name: its chunks append `-NNN` and stay a DNS subdomain.

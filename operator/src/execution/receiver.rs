@@ -233,6 +233,11 @@ pub fn receiver_ca_config_map(namespace: &str, ca_pem: &str) -> ConfigMap {
                 LABEL_MANAGED_BY.to_string(),
                 MANAGED_BY.to_string(),
             )])),
+            // Tells the manager's metadata watch which CA it holds.
+            annotations: Some(BTreeMap::from([(
+                crate::api::annotations::RECEIVER_CA_DIGEST.to_string(),
+                content_sha256(ca_pem.as_bytes()),
+            )])),
             ..ObjectMeta::default()
         },
         data: Some(BTreeMap::from([(

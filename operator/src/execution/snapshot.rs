@@ -56,12 +56,8 @@ use crate::execution::job::{
 
 /// `app.kubernetes.io/component` of a snapshot.
 pub const COMPONENT: &str = "source-snapshot";
-/// Label: UID of the resource that owns the snapshot.
-pub const LABEL_OWNER_UID: &str = "operator.ptah.run/snapshot-owner";
-/// Annotation: name of the source ConfigMap.
-pub const ANNOTATION_SOURCE_NAME: &str = "operator.ptah.run/source-configmap";
-/// Annotation: UID of the source ConfigMap.
-pub const ANNOTATION_SOURCE_UID: &str = "operator.ptah.run/source-configmap-uid";
+// The names live with every other label and annotation name.
+pub use crate::api::annotations::{ANNOTATION_SOURCE_NAME, ANNOTATION_SOURCE_UID, LABEL_OWNER_UID};
 
 /// The resource a snapshot belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
