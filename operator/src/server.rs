@@ -1,5 +1,5 @@
 //! The one TLS listener of the manager: the result receiver
-//! ([`crate::execution::receiver`]) and the admission webhooks are routes on
+//! (`execution::receiver`) and the admission webhooks are routes on
 //! it. HTTP/1.1 over rustls (aws-lc-rs), bodies read whole into memory up to
 //! a bound the caller sets: a request that declares or sends more is refused
 //! with 413 before it is read whole.

@@ -15,6 +15,7 @@ pub mod annotations;
 pub mod approval;
 pub mod common;
 pub mod condition;
+pub mod conditions;
 pub mod generate;
 pub mod journal;
 pub mod migration;

@@ -1,6 +1,6 @@
 //! The Job of a schema's claim: what the builder is given, from the spec, the
 //! status and the claim, on the input both families share
-//! ([`super::migration_dispatch::common_input`]). Pure; the create itself is
+//! (`job_input.rs`). Pure; the create itself is
 //! in [`super::runtime`].
 
 use crate::api::annotations::SCHEMA_LABEL;
@@ -10,24 +10,7 @@ use crate::execution::job::{ApplyInput, JobInput, OwnerKind};
 
 use super::Config;
 use super::family::Family;
-use super::migration_dispatch::{common_input, current_plan};
-
-/// Why a claim's Job cannot be built: names the field.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{field}: {reason}")]
-pub struct NotBuildable {
-    /// The field.
-    pub field: &'static str,
-    /// What is wrong.
-    pub reason: String,
-}
-
-fn missing(field: &'static str, reason: &str) -> NotBuildable {
-    NotBuildable {
-        field,
-        reason: reason.to_string(),
-    }
-}
+use super::job_input::{NotBuildable, common_input, current_plan, missing};
 
 /// The builder's input for `claim` of `schema`: what both families share,
 /// with the schema's dev database and the plan an Apply runs.

@@ -1,4 +1,4 @@
-//! What differs between the two families, as the one pass ([`super::pass`])
+//! What differs between the two families, as the one pass (`pass.rs`)
 //! asks it: the machine's step, the family's own observations and effects,
 //! its Job input, how its results read, its finalizer and what it owns.
 //! Everything else (the loop, write before effect, claims, Leases,
@@ -12,15 +12,38 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use kube::api::Api;
+
+use super::Context;
 use super::Error;
-use super::pass::Pass;
+use super::runtime::Requeue;
 use crate::api::approval::Approval;
 use crate::api::source::Source;
+use crate::api::status::OperationType;
 use crate::api::status::{ActiveOperation, OperationStatus};
 use crate::execution::job::JobInput;
 use crate::execution::receiver::StoredResult;
 use crate::lifecycle::common::{Seen, Shared};
 use crate::lifecycle::realm::Claimant;
+
+/// One pass over one resource.
+pub struct Pass<'a, F: Family> {
+    /// What every pass shares.
+    pub ctx: &'a Context,
+    /// The family's API in the resource's namespace.
+    pub api: Api<F>,
+    /// The resource's namespace.
+    pub ns: String,
+    /// The resource as last stored.
+    pub obj: F,
+    /// When the next pass is due.
+    pub requeue: Requeue,
+    /// This pass read the outcome of a Job of this operation.
+    pub(super) harvested: Option<OperationType>,
+    /// This pass published or retired a plan.
+    pub plans_moved: bool,
+    pub(super) snapshot_taken: bool,
+}
 
 /// One family of resources the manager converges: PtahSchema or
 /// PtahMigration.
@@ -77,7 +100,7 @@ pub trait Family:
     /// The label selector of the resource's Jobs.
     fn jobs_of(name: &str) -> String;
     /// The pieces of the spec its Jobs are built from.
-    fn job_spec(&self) -> super::migration_dispatch::JobSpec<'_>;
+    fn job_spec(&self) -> super::job_input::JobSpec<'_>;
 
     /// Records in status what the machine reads but only the controller
     /// knows, before each step.
@@ -211,8 +234,8 @@ macro_rules! family_fields {
             $jobs_of(name)
         }
 
-        fn job_spec(&self) -> super::migration_dispatch::JobSpec<'_> {
-            super::migration_dispatch::JobSpec {
+        fn job_spec(&self) -> super::job_input::JobSpec<'_> {
+            super::job_input::JobSpec {
                 target: &self.spec.target,
                 source: &self.spec.source,
                 execution: &self.spec.execution,

@@ -8,10 +8,10 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 
+use super::family::Pass;
 use super::family::{Family, named_snapshots};
 use super::harvest;
 use super::migration_harvest::{run_report, verdict};
-use super::pass::Pass;
 use super::{Error, kube_err, migration_dispatch};
 use crate::api::annotations::{MIGRATION_FINALIZER, UNRESOLVED_RUN};
 use crate::api::approval::PtahMigrationApproval;
@@ -194,9 +194,25 @@ async fn annotate(pass: &mut Pass<'_, PtahMigration>, value: Option<String>) -> 
     Ok(())
 }
 
+/// The plan request a publish effect carries; `None` for any other effect.
+fn plan_request(effect: &Effect) -> Option<PlanRequest> {
+    match effect {
+        Effect::PublishPlan {
+            migrations,
+            history_fingerprint,
+            target_identity_digest,
+        } => Some(PlanRequest {
+            migrations: migrations.clone(),
+            history_fingerprint: history_fingerprint.clone(),
+            target_identity_digest: target_identity_digest.clone(),
+        }),
+        _ => None,
+    }
+}
+
 /// Stores the sequence plan the machine asked for.
 async fn publish(pass: &Pass<'_, PtahMigration>, effect: &Effect) -> Result<Observation, Error> {
-    let Some(request) = PlanRequest::from_effect(effect) else {
+    let Some(request) = plan_request(effect) else {
         return Ok(Observation::Pass);
     };
     Ok(
@@ -210,4 +226,35 @@ async fn publish(pass: &Pass<'_, PtahMigration>, effect: &Effect) -> Result<Obse
             },
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::plan::PlannedMigration;
+
+    fn planned(version: i64) -> PlannedMigration {
+        PlannedMigration {
+            version,
+            version_key: None,
+            description: Some(format!("m{version}")),
+            checksum: format!("h1:{version}"),
+            checkpoint: false,
+            transaction_mode: None,
+        }
+    }
+
+    #[test]
+    fn the_request_comes_from_the_publish_effect_only() {
+        let digest = format!("sha256:{}", "03".repeat(32));
+        let effect = Effect::PublishPlan {
+            migrations: vec![planned(6)],
+            history_fingerprint: Some(digest.clone()),
+            target_identity_digest: None,
+        };
+        let r = plan_request(&effect).expect("a request");
+        assert_eq!(r.migrations, vec![planned(6)]);
+        assert_eq!(r.history_fingerprint, Some(digest));
+        assert!(plan_request(&Effect::TakeSnapshot).is_none());
+    }
 }

@@ -1,39 +1,23 @@
 //! The Job of a migration's claim: what the builder is given, from the
 //! migration's spec, its status, the claim and (for Apply) the stored plan.
-//! Pure, as [`super::dispatch`] is for a schema; the parts that do not depend
-//! on the family ([`common_input`], [`source_input`]) take the spec's pieces,
-//! and [`super::dispatch`] builds the schema's Job on them too.
+//! Pure, as `dispatch.rs` is for a schema, on the input both families share
+//! (`job_input.rs`).
 //!
 //! An Apply's Job carries the digest of the approved sequence
 //! ([`crate::protocol::migrations::sequence_digest`]), which `status.plan` does
 //! not hold: the controller reads the PtahMigrationPlan the claim names
 //! ([`crate::execution::migration_plan::read`]) and passes it here.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
 use crate::api::annotations::MIGRATION_LABEL;
-use crate::api::common::{ConfigMapKeyRef, DatabaseEngine, Execution, GoDuration, Target};
 use crate::api::migration::PtahMigration;
 use crate::api::plan::PtahMigrationPlan;
-use crate::api::source::{Source, SourceKind};
 use crate::api::status::{ActiveOperation, OperationType};
-use crate::execution::job::{
-    ApplyInput, ClaimInput, GitInput, JobInput, OciInput, Owner, OwnerKind, ResultDelivery,
-    SourceInput, TargetInput,
-};
-use crate::execution::receiver::{RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY, token_secret_name};
+use crate::execution::job::{ApplyInput, JobInput, OwnerKind};
 use crate::protocol::migrations::sequence_digest;
 
 use super::Config;
-use super::dispatch::NotBuildable;
 use super::family::Family;
-
-fn missing(field: &'static str, reason: impl Into<String>) -> NotBuildable {
-    NotBuildable {
-        field,
-        reason: reason.into(),
-    }
-}
+use super::job_input::{NotBuildable, common_input, current_plan, missing};
 
 /// The builder's input for `claim` of `migration`. `plan` is the stored
 /// PtahMigrationPlan the claim names, read by the controller; an Apply needs
@@ -110,172 +94,6 @@ fn apply_input(
     }))
 }
 
-/// The pieces of a resource's spec a Job is built from, whatever its family.
-pub struct JobSpec<'a> {
-    /// `spec.target`.
-    pub target: &'a Target,
-    /// `spec.source`.
-    pub source: &'a Source,
-    /// `spec.execution`.
-    pub execution: &'a Execution,
-    /// `spec.policy.lockTimeout`.
-    pub lock_timeout: &'a GoDuration,
-}
-
-/// The plan status holds, if it is the one the Apply claim names.
-pub fn current_plan<'a, P>(
-    plan: Option<&'a P>,
-    name: impl Fn(&P) -> &String,
-    claim: &ActiveOperation,
-) -> Result<&'a P, NotBuildable> {
-    plan.filter(|p| Some(name(p)) == claim.plan_name.as_ref())
-        .ok_or_else(|| {
-            missing(
-                "status.plan",
-                "the plan the Apply claim names is not current",
-            )
-        })
-}
-
-/// Everything of a Job's input but what an Apply runs (`apply` is `None`),
-/// for either family. A schema would set `target.dev_url_from` after it.
-pub fn common_input(
-    kind: OwnerKind,
-    meta: &ObjectMeta,
-    claim: &ActiveOperation,
-    config: &Config,
-    family: JobSpec<'_>,
-) -> Result<JobInput, NotBuildable> {
-    let owner = Owner {
-        kind,
-        name: meta.name.clone().unwrap_or_default(),
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        uid: meta.uid.clone().unwrap_or_default(),
-        generation: meta.generation.unwrap_or(0),
-    };
-    let job_name = claim
-        .job_name
-        .clone()
-        .ok_or_else(|| missing("status.activeOperation.jobName", "not reserved"))?;
-    let engine = DatabaseEngine::from_spec(&family.target.engine).ok_or_else(|| NotBuildable {
-        field: "spec.target.engine",
-        reason: format!("{:?} is not supported", family.target.engine),
-    })?;
-    Ok(JobInput {
-        operation: claim.type_,
-        owner,
-        claim: ClaimInput {
-            operation_id: claim.operation_id.clone(),
-            input_fingerprint: claim.input_fingerprint.clone(),
-            attempt: claim.attempt,
-            dispatch_not_after: claim.dispatch_not_after.clone(),
-            execution_not_after: claim.execution_not_after.clone(),
-        },
-        execution: family.execution.clone(),
-        target: TargetInput {
-            engine,
-            url_from: family.target.url_from.clone(),
-            dev_url_from: None,
-            lock_timeout: family.lock_timeout.clone(),
-        },
-        source: source_input(family.source, claim)?,
-        apply: None,
-        images: config.images.clone(),
-        result: ResultDelivery {
-            receiver_url: config.receiver_url.clone(),
-            token_secret_name: token_secret_name(&job_name),
-            receiver_ca: Some(ConfigMapKeyRef {
-                name: RECEIVER_CA_CONFIGMAP.into(),
-                key: RECEIVER_CA_KEY.into(),
-            }),
-        },
-    })
-}
-
-/// What the operation reads: the spec for Resolve, the claim's binding for
-/// everything after it (the same rules as the schema's).
-pub fn source_input(src: &Source, claim: &ActiveOperation) -> Result<SourceInput, NotBuildable> {
-    let resolve = claim.type_ == OperationType::Resolve;
-    let bound = claim.source.as_ref();
-    match src.kind() {
-        Some(SourceKind::ConfigMap) => {
-            let b = bound.ok_or_else(|| missing("status.activeOperation.source", "not bound"))?;
-            Ok(SourceInput::ConfigMap {
-                snapshot_name: b.snapshot_name.clone().ok_or_else(|| {
-                    missing(
-                        "status.activeOperation.source.snapshotName",
-                        "no snapshot bound",
-                    )
-                })?,
-                content_digest: b.content_digest.clone(),
-            })
-        }
-        Some(SourceKind::Git) => {
-            let git = src
-                .git
-                .as_ref()
-                .ok_or_else(|| missing("spec.source.git", "absent"))?;
-            let (commit, content_digest) = if resolve {
-                (None, None)
-            } else {
-                let b =
-                    bound.ok_or_else(|| missing("status.activeOperation.source", "not bound"))?;
-                (b.commit.clone(), Some(b.content_digest.clone()))
-            };
-            Ok(SourceInput::Git(GitInput {
-                url: git.url.clone(),
-                git_ref: git.git_ref.clone(),
-                commit,
-                path: git.path.clone(),
-                content_digest,
-                secret_name: git.secret_ref.as_ref().map(|s| s.name.clone()),
-                source_policy: if resolve {
-                    src.source_policy_from.clone()
-                } else {
-                    None
-                },
-            }))
-        }
-        Some(SourceKind::OCI) => {
-            let oci = src
-                .oci
-                .as_ref()
-                .ok_or_else(|| missing("spec.source.oci", "absent"))?;
-            let reference = if resolve {
-                oci.oci_ref.clone()
-            } else {
-                bound
-                    .and_then(|b| b.resolved_reference.clone())
-                    .ok_or_else(|| {
-                        missing(
-                            "status.activeOperation.source.resolvedReference",
-                            "no digest pinned",
-                        )
-                    })?
-            };
-            Ok(SourceInput::Oci(OciInput {
-                reference,
-                auth: oci.registry_auth_from.clone(),
-                transport: oci.transport.clone(),
-                verification_policy: if claim.type_ == OperationType::Verify {
-                    Some(src.verification_policy_from.clone().ok_or_else(|| {
-                        missing(
-                            "spec.source.verificationPolicyFrom",
-                            "an OCI source needs a verification policy",
-                        )
-                    })?)
-                } else {
-                    None
-                },
-            }))
-        }
-        None => Err(missing(
-            "spec.source",
-            "set exactly one of configMap, git or oci",
-        )),
-    }
-}
-
 /// The label selector of a migration's Jobs.
 pub fn jobs_of(migration_name: &str) -> String {
     format!("{MIGRATION_LABEL}={migration_name}")
@@ -284,10 +102,13 @@ pub fn jobs_of(migration_name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::common::MigrationTransactionMode;
+    use crate::api::common::{DatabaseEngine, GoDuration, MigrationTransactionMode};
     use crate::api::plan::PlannedMigration;
+    use crate::api::source::SourceKind;
     use crate::api::status::SourceBinding;
+    use crate::execution::job::SourceInput;
     use crate::execution::job::{Images, build_job};
+    use crate::execution::receiver::token_secret_name;
     use serde_json::json;
 
     fn digest(n: u8) -> String {

@@ -22,6 +22,7 @@ mod family;
 use family::Family;
 mod harvest;
 mod inputs;
+mod job_input;
 mod migration;
 mod migration_dispatch;
 mod migration_harvest;

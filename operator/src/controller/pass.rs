@@ -16,7 +16,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::family::Family;
+use super::family::{Family, Pass};
 use super::harvest;
 use super::runtime::{self, ClaimJob, Dispatch, GenerationMove, InputChange, Requeue, Snapshot};
 use super::{Context, Error, FaultPoint, kube_err};
@@ -144,25 +144,6 @@ async fn reconcile_once<F: Family>(obj: &F, ctx: &Context) -> Result<Action, Err
     let version = meta.resource_version.as_deref().filter(|_| !gone);
     ctx.saw(&key, version);
     result
-}
-
-/// One pass over one resource.
-pub struct Pass<'a, F: Family> {
-    /// What every pass shares.
-    pub ctx: &'a Context,
-    /// The family's API in the resource's namespace.
-    pub api: Api<F>,
-    /// The resource's namespace.
-    pub ns: String,
-    /// The resource as last stored.
-    pub obj: F,
-    /// When the next pass is due.
-    pub requeue: Requeue,
-    /// This pass read the outcome of a Job of this operation.
-    harvested: Option<OperationType>,
-    /// This pass published or retired a plan.
-    pub plans_moved: bool,
-    snapshot_taken: bool,
 }
 
 impl<F: Family> Driver for Pass<'_, F> {

@@ -8,9 +8,9 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 
+use super::family::Pass;
 use super::family::{Family, named_snapshots};
 use super::harvest::{self, Harvest};
-use super::pass::Pass;
 use super::{Error, dispatch, kube_err, runtime};
 use crate::api::annotations::{SCHEMA_FINALIZER, SETTLED_APPLY};
 use crate::api::approval::PtahSchemaApproval;

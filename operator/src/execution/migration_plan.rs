@@ -36,17 +36,16 @@ use super::plan::owned_by;
 use crate::api::annotations::MIGRATION_LABEL;
 use crate::api::common::{MigrationPolicy, MigrationTransactionMode, ObjectRef};
 use crate::api::condition::{ConditionStatus, MigrationPlanConditionType, Reason};
+use crate::api::conditions;
 use crate::api::migration::{MigrationPlanSummary, PtahMigration, PtahMigrationStatus};
 use crate::api::plan::{
     PLAN_CONTRACT_VERSION, PlannedMigration, PtahMigrationPlan, PtahMigrationPlanSpec,
 };
 use crate::api::source::SourceKind;
+use crate::api::status::binding_of;
 use crate::api::status::{ExecutionBinding, SourceBinding};
 use crate::execution::job::{LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY};
-use crate::lifecycle::common::binding_of;
-use crate::lifecycle::conditions;
-use crate::lifecycle::migration::Effect;
-use crate::lifecycle::realm::coordination_digest;
+use crate::protocol::naming::coordination_digest;
 
 /// `app.kubernetes.io/component` of a migration plan.
 pub const PLAN_COMPONENT: &str = "migration-plan";
@@ -154,24 +153,6 @@ pub struct PlanRequest {
     pub history_fingerprint: Option<String>,
     /// The database the reading reached.
     pub target_identity_digest: Option<String>,
-}
-
-impl PlanRequest {
-    /// The request an effect carries; `None` for any other effect.
-    pub fn from_effect(effect: &Effect) -> Option<PlanRequest> {
-        match effect {
-            Effect::PublishPlan {
-                migrations,
-                history_fingerprint,
-                target_identity_digest,
-            } => Some(PlanRequest {
-                migrations: migrations.clone(),
-                history_fingerprint: history_fingerprint.clone(),
-                target_identity_digest: target_identity_digest.clone(),
-            }),
-            _ => None,
-        }
-    }
 }
 
 /// A plan published: what `status.plan` holds.
@@ -700,19 +681,6 @@ mod tests {
 
     fn fp(m: &PtahMigration, r: &PlanRequest) -> String {
         plan_spec(m, r).expect("a plan").1.fingerprint
-    }
-
-    #[test]
-    fn the_request_comes_from_the_publish_effect_only() {
-        let effect = Effect::PublishPlan {
-            migrations: vec![planned(6)],
-            history_fingerprint: Some(digest(3)),
-            target_identity_digest: None,
-        };
-        let r = PlanRequest::from_effect(&effect).expect("a request");
-        assert_eq!(r.migrations, vec![planned(6)]);
-        assert_eq!(r.history_fingerprint, Some(digest(3)));
-        assert!(PlanRequest::from_effect(&Effect::TakeSnapshot).is_none());
     }
 
     #[test]

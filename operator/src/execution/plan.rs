@@ -48,6 +48,7 @@ use supplychain::contract::{self, ContractError, SchemaPlanBinding};
 use crate::api::annotations::SCHEMA_LABEL;
 use crate::api::common::{ObjectRef, SchemaPolicy};
 use crate::api::condition::{ConditionStatus, Reason, SchemaPlanConditionType};
+use crate::api::conditions;
 use crate::api::plan::{
     CHUNK_MAX_BYTES, PLAN_CONTRACT_VERSION, PLAN_MAX_BYTES, PLAN_MAX_CHUNKS, PlanChunkRef,
     PrivilegeChange, PtahSchemaPlan, PtahSchemaPlanChunk, PtahSchemaPlanChunkSpec,
@@ -57,7 +58,6 @@ use crate::api::schema::{PtahSchema, PtahSchemaStatus, SchemaPlanSummary};
 use crate::api::source::SourceKind;
 use crate::api::status::{ExecutionBinding, SourceBinding};
 use crate::execution::job::{LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY};
-use crate::lifecycle::conditions;
 
 /// `app.kubernetes.io/component` of a plan.
 pub const PLAN_COMPONENT: &str = "schema-plan";

@@ -9,7 +9,7 @@
 //!   that its files still give the content digest. A snapshot of the same name
 //!   with other content is refused, never overwritten. The result maps onto
 //!   `status.source` ([`SnapshotResolution::source_status`]) and the lifecycle's
-//!   [`Observation::SnapshotTaken`](crate::lifecycle::schema::Observation).
+//!   `Observation::SnapshotTaken`.
 //! * [`collect_snapshots`] deletes the snapshots a resource owns that nothing
 //!   names any more; called after each resolution is stored (also the first
 //!   resolution of a Git or OCI source, with nothing named).
@@ -684,7 +684,7 @@ mod tests {
         assert_eq!(st.source_policy, r.source_policy);
         assert!(st.git.is_none() && st.oci.is_none() && st.verification.is_none());
         // What a claim and a plan bind from it.
-        let b = crate::lifecycle::schema::binding_of(&st);
+        let b = crate::api::status::binding_of(&st);
         assert_eq!(b.config_map_uid.as_deref(), Some("cm-uid"));
         assert_eq!(b.snapshot_name.as_deref(), Some("ptah-src-0123"));
         assert_eq!(b.source_policy_uid.as_deref(), Some("p-uid"));

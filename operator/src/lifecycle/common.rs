@@ -100,23 +100,7 @@ pub fn hex_digest(parts: &[&str]) -> String {
     sha256_hex(parts.join("\u{1f}").as_bytes())
 }
 
-/// The binding a claim records, from the resolution in status.
-pub fn binding_of(src: &SourceStatus) -> SourceBinding {
-    SourceBinding {
-        kind: src.kind,
-        content_digest: src.content_digest.clone(),
-        config_map_uid: src.config_map.as_ref().map(|c| c.uid.clone()),
-        snapshot_name: src.config_map.as_ref().map(|c| c.snapshot_name.clone()),
-        location_digest: src.git.as_ref().map(|g| g.location_digest.clone()),
-        commit: src.git.as_ref().map(|g| g.commit.clone()),
-        resolved_reference: src.oci.as_ref().map(|o| o.resolved_reference.clone()),
-        source_policy_uid: src.source_policy.as_ref().map(|p| p.uid.clone()),
-        source_policy_digest: src.source_policy.as_ref().map(|p| p.digest.clone()),
-        verification_policy_uid: src.verification.as_ref().map(|v| v.policy.uid.clone()),
-        verification_policy_digest: src.verification.as_ref().map(|v| v.policy.digest.clone()),
-        signer_evidence_digest: None,
-    }
-}
+pub use crate::api::status::binding_of;
 
 /// Whether two resolutions are the same content under the same policy and
 /// location (what a plan binds, verification aside).

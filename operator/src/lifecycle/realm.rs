@@ -8,49 +8,17 @@
 
 use kube::ResourceExt;
 
-use crate::api::common::{DatabaseEngine, Target};
+use crate::api::common::Target;
 use crate::api::migration::PtahMigration;
 use crate::api::realm::{PtahRealm, RealmSharing};
 use crate::api::schema::PtahSchema;
-use crate::lifecycle::read_request::sha256_hex;
 
 // The verdict is shared by both lifecycles that step it.
 pub use super::common::RealmVerdict;
 
-/// Separates the parts of a digested identity; no part can hold it (engine,
-/// namespace, key and realm name are all restricted by their patterns).
-const SEP: &str = "\u{1f}";
-
-/// The engine as bound into a coordination digest: the canonical spelling of
-/// an implemented engine (so `postgres` and `PostgreSQL` name one database),
-/// otherwise the text in lower case.
-fn engine_identity(engine: &str) -> String {
-    DatabaseEngine::from_spec(engine)
-        .map(|e| e.canonical().to_owned())
-        .unwrap_or_else(|| engine.to_ascii_lowercase())
-}
-
-/// The coordination digest: `sha256:<hex>` of engine + namespace +
-/// `coordinationKey`, or of engine + PtahRealm name (`realmRef`). Same inputs
-/// give the same digest; the two forms never collide (each starts with its own
-/// tag). `None` unless exactly one of the two is set (the CRD's CEL rule
-/// refuses anything else).
-pub fn coordination_digest(engine: &str, namespace: &str, target: &Target) -> Option<String> {
-    let engine = engine_identity(engine);
-    match (&target.coordination_key, &target.realm_ref) {
-        (Some(key), None) => Some(sha256_hex(
-            ["ptah-coordination-v1", "key", &engine, namespace, key]
-                .join(SEP)
-                .as_bytes(),
-        )),
-        (None, Some(realm)) => Some(sha256_hex(
-            ["ptah-coordination-v1", "realm", &engine, &realm.name]
-                .join(SEP)
-                .as_bytes(),
-        )),
-        _ => None,
-    }
-}
+// The digest is named with the Job and the Lease it names: one function.
+pub use crate::protocol::naming::coordination_digest;
+use crate::protocol::naming::engine_identity;
 
 /// One resource claiming a database, as the census counts it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,6 +2,7 @@
 //! function, so the Job a claim names is the Job that is made (the
 //! lifecycle reserves the name, `execution::job` builds the Job).
 
+use crate::api::common::{DatabaseEngine, Target};
 use crate::api::status::OperationType;
 
 use super::args::command;
@@ -125,4 +126,39 @@ pub fn job_name(
     let name = format!("{prefix}{middle}{suffix}");
     debug_assert!(name.len() <= MAX_JOB_NAME && is_dns_label(&name));
     Ok(name)
+}
+
+/// Separates the parts of a digested identity; no part can hold it (engine,
+/// namespace, key and realm name are all restricted by their patterns).
+const SEP: &str = "\u{1f}";
+
+/// The engine as bound into a coordination digest: the canonical spelling of
+/// an implemented engine (so `postgres` and `PostgreSQL` name one database),
+/// otherwise the text in lower case.
+pub fn engine_identity(engine: &str) -> String {
+    DatabaseEngine::from_spec(engine)
+        .map(|e| e.canonical().to_owned())
+        .unwrap_or_else(|| engine.to_ascii_lowercase())
+}
+
+/// The coordination digest: `sha256:<hex>` of engine + namespace +
+/// `coordinationKey`, or of engine + PtahRealm name (`realmRef`). Same inputs
+/// give the same digest; the two forms never collide (each starts with its own
+/// tag). `None` unless exactly one of the two is set (the CRD's CEL rule
+/// refuses anything else).
+pub fn coordination_digest(engine: &str, namespace: &str, target: &Target) -> Option<String> {
+    let engine = engine_identity(engine);
+    match (&target.coordination_key, &target.realm_ref) {
+        (Some(key), None) => Some(super::receiver::content_sha256(
+            ["ptah-coordination-v1", "key", &engine, namespace, key]
+                .join(SEP)
+                .as_bytes(),
+        )),
+        (None, Some(realm)) => Some(super::receiver::content_sha256(
+            ["ptah-coordination-v1", "realm", &engine, &realm.name]
+                .join(SEP)
+                .as_bytes(),
+        )),
+        _ => None,
+    }
 }
