@@ -153,16 +153,34 @@ async fn a_restarted_manager_resumes_a_suspended_proof_into_verifying_convergenc
     let ns = TestNamespace::for_operator(harness().await, "executor", "resume").await?;
     let db = TestDatabase::create(ns.harness(), Engine::Postgres, ns.name())?;
     executor::schema(&ns, &db, "orders").await?;
-    let mut manager = Manager::start(&ns, &ManagerSpec::default())?;
     let quick = Patience::new(Duration::from_secs(120), Duration::from_millis(50));
     let phase_of = |s: &PtahSchema| s.status.as_ref().and_then(|st| st.phase);
 
-    // Suspended while its Apply runs: the Apply ends, the proof is owed.
-    ns.until(&quick, "orders", "Applying", |s: &PtahSchema| {
-        phase_of(s) == Some(SchemaPhase::Applying)
-    })
-    .await
-    .with_context(|| manager.log())?;
+    // Suspended while its Apply runs: a manager stops right after creating
+    // the Apply's Job, the schema is suspended, and the next manager finds
+    // the Apply ended with the proof owed. (Suspending a running manager's
+    // Apply would race the Apply's few seconds.)
+    // One receiver address for every manager, as a Service keeps it, so the
+    // Apply's result reaches the manager that runs when it ends.
+    let same_port = ManagerSpec {
+        port: Some(conformance::testkit::manager::free_port()?),
+        ..ManagerSpec::default()
+    };
+    let mut stopped = Manager::start(
+        &ns,
+        &ManagerSpec {
+            fault_point: Some("after-job-create"),
+            fault_operation: Some("apply"),
+            ..same_port.clone()
+        },
+    )?;
+    let code = stopped.exited(Duration::from_secs(180)).await?.code();
+    assert_eq!(
+        code,
+        Some(86),
+        "stopped at the fault point: {}",
+        stopped.log()
+    );
     let suspend = |on: bool| serde_json::json!({"spec": {"suspend": on}});
     let schemas = ns.api::<PtahSchema>();
     schemas
@@ -172,6 +190,7 @@ async fn a_restarted_manager_resumes_a_suspended_proof_into_verifying_convergenc
             &Patch::Merge(suspend(true)),
         )
         .await?;
+    let mut manager = Manager::start(&ns, &same_port)?;
     let s = ns
         .until(
             &PATIENCE,
@@ -203,7 +222,7 @@ async fn a_restarted_manager_resumes_a_suspended_proof_into_verifying_convergenc
 
     // Another manager process, which never saw the spec before the resume.
     manager.kill();
-    let manager = Manager::start(&ns, &ManagerSpec::default())?;
+    let manager = Manager::start(&ns, &same_port)?;
     assert_eq!(
         job_names(&ns).await?,
         jobs_suspended,

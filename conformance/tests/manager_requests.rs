@@ -67,10 +67,15 @@ fn verb_and_resource(e: &Value) -> (String, String, String) {
     )
 }
 
-#[tokio::test]
-async fn in_sync_schemas_pass_on_their_caches_without_listing_or_reading_the_kinds_they_watch()
--> anyhow::Result<()> {
-    let ns = TestNamespace::for_operator(harness().await, "requests", "idle").await?;
+/// `n` PtahSchemas on databases of their own that hold the declared table
+/// already, sharing one source ConfigMap, read every `interval`; answers the
+/// manager once every one is `InSync`.
+async fn in_sync(
+    ns: &TestNamespace,
+    n: usize,
+    interval: &str,
+    patience: &Patience,
+) -> anyhow::Result<(Manager, Vec<TestDatabase>)> {
     ns.create::<k8s_openapi::api::core::v1::ConfigMap>(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "schema"},
@@ -78,15 +83,15 @@ async fn in_sync_schemas_pass_on_their_caches_without_listing_or_reading_the_kin
     }))
     .await?;
     let mut dbs = Vec::new();
-    for i in 0..SCHEMAS {
-        let name = format!("s{i:02}");
+    for i in 0..n {
+        let name = format!("s{i:03}");
         let db = TestDatabase::create(
             ns.harness(),
             Engine::Postgres,
             &format!("{}-{name}", ns.name()),
         )?;
         db.sql(SCHEMA_SQL)?;
-        db.secret(&ns, &format!("{name}-db")).await?;
+        db.secret(ns, &format!("{name}-db")).await?;
         ns.create::<PtahSchema>(json!({
             "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
             "metadata": {"name": name},
@@ -97,24 +102,29 @@ async fn in_sync_schemas_pass_on_their_caches_without_listing_or_reading_the_kin
                     "coordinationKey": name,
                 },
                 "source": {"configMap": {"name": "schema", "keys": ["schema.sql"]}},
-                "interval": "1h",
+                "interval": interval,
                 "policy": {"apply": "Always"},
             },
         }))
         .await?;
         dbs.push(db);
     }
-    let manager = Manager::start(&ns, &ManagerSpec::default())?;
-    for i in 0..SCHEMAS {
-        ns.until(
-            &CONVERGE,
-            &format!("s{i:02}"),
-            "InSync",
-            |s: &PtahSchema| s.status.as_ref().and_then(|st| st.phase) == Some(SchemaPhase::InSync),
-        )
+    let manager = Manager::start(ns, &ManagerSpec::default())?;
+    for i in 0..n {
+        ns.until(patience, &format!("s{i:03}"), "InSync", |s: &PtahSchema| {
+            s.status.as_ref().and_then(|st| st.phase) == Some(SchemaPhase::InSync)
+        })
         .await
         .with_context(|| manager.log())?;
     }
+    Ok((manager, dbs))
+}
+
+#[tokio::test]
+async fn in_sync_schemas_pass_on_their_caches_without_listing_or_reading_the_kinds_they_watch()
+-> anyhow::Result<()> {
+    let ns = TestNamespace::for_operator(harness().await, "requests", "idle").await?;
+    let (manager, dbs) = in_sync(&ns, SCHEMAS, "1h", &CONVERGE).await?;
     // Let the passes that harvested the last Plans end.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let offset = std::fs::metadata(ns.harness().audit_log())?.len();
@@ -172,6 +182,127 @@ async fn in_sync_schemas_pass_on_their_caches_without_listing_or_reading_the_kin
     }
 
     ns.delete_all::<PtahSchema>(&CONVERGE).await?;
+    drop(manager);
+    drop(dbs);
+    Ok(())
+}
+
+/// A number from the environment, or `default`.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The `VmRSS` and `VmHWM` of a process, in KiB.
+fn memory_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((field("VmRSS:"), field("VmHWM:")))
+}
+
+/// The benchmark of docs/performance.md (`conformance/bench/idle-schemas.sh`):
+/// `BENCH_SCHEMAS` InSync schemas (200) read every `BENCH_INTERVAL` (2m) by
+/// one manager; over one read cycle of every schema it prints the manager's
+/// requests and writes per resource from the audit log, its memory, and the
+/// reconcile queue's wait (how late each due pass started, from its log).
+#[tokio::test]
+#[ignore = "a benchmark: conformance/bench/idle-schemas.sh"]
+async fn bench_idle_schemas() -> anyhow::Result<()> {
+    let n: usize = env_or("BENCH_SCHEMAS", 200);
+    let interval: String = env_or("BENCH_INTERVAL", "2m".to_string());
+    let long = Patience::new(Duration::from_secs(3600), Duration::from_secs(2));
+    let ns = TestNamespace::for_operator(harness().await, "bench", "idle").await?;
+    let started = std::time::Instant::now();
+    let (manager, dbs) = in_sync(&ns, n, &interval, &long).await?;
+    eprintln!(
+        "{n} schemas InSync in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let harness = ns.harness();
+    let offset = std::fs::metadata(harness.audit_log())?.len();
+    let log_offset = manager.log().len();
+    let window = std::time::Instant::now();
+    // One read cycle each: an Observe and a Plan Job per schema, then InSync.
+    let name = ns.name().to_string();
+    long.poll("a read cycle of every schema", || {
+        let (name, ns) = (name.clone(), &ns);
+        async move {
+            let jobs = events_since(harness, offset, &name)?
+                .iter()
+                .map(verb_and_resource)
+                .filter(|(v, r, _)| v == "create" && r == "jobs")
+                .count();
+            if jobs < 2 * n {
+                return anyhow::Ok(None);
+            }
+            let all = ns.api::<PtahSchema>().list(&Default::default()).await?;
+            let settled = all.items.iter().all(|s| {
+                let st = s.status.as_ref();
+                st.and_then(|st| st.phase) == Some(SchemaPhase::InSync)
+                    && st.is_some_and(|st| st.active_operation.is_none())
+            });
+            anyhow::Ok(settled.then_some(()))
+        }
+    })
+    .await
+    .with_context(|| manager.log())?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let cycle = window.elapsed();
+    let (rss, peak) = memory_kib(manager.pid())?;
+    let events = events_since(harness, offset, ns.name())?;
+    let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for e in &events {
+        let (verb, resource, _) = verb_and_resource(e);
+        *seen.entry((verb, resource)).or_default() += 1;
+    }
+    let mut late: Vec<u64> = manager.log()[log_offset..]
+        .lines()
+        .filter(|l| l.contains("due pass"))
+        .filter_map(|l| {
+            l.split("late_ms=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    late.sort_unstable();
+    let p = |q: f64| {
+        late.get(((late.len() as f64 * q).ceil() as usize).saturating_sub(1))
+            .copied()
+    };
+    let per = |k: usize| k as f64 / n as f64;
+    println!(
+        "schemas: {n}, interval: {interval}, one read cycle of each in {:.0}s",
+        cycle.as_secs_f64()
+    );
+    println!("manager memory: VmRSS {} KiB, VmHWM {} KiB", rss, peak);
+    println!(
+        "requests per schema per cycle: {:.2} ({} in all)",
+        per(events.len()),
+        events.len()
+    );
+    for ((verb, resource), k) in &seen {
+        println!("  {verb:>6} {resource:<34} {:.2} per schema", per(*k));
+    }
+    println!(
+        "due passes: {}, late p50 {:?} ms, p99 {:?} ms, max {:?} ms",
+        late.len(),
+        p(0.5),
+        p(0.99),
+        late.last()
+    );
+    ns.delete_all::<PtahSchema>(&long).await?;
     drop(manager);
     drop(dbs);
     Ok(())

@@ -289,6 +289,8 @@ pub trait OperationStatus:
     fn execution_binding(&self) -> Option<&ExecutionBinding>;
     /// `status.executionBinding`, to edit.
     fn execution_binding_mut(&mut self) -> &mut Option<ExecutionBinding>;
+    /// `status.nextReconciliationTime`.
+    fn next_reconciliation_time(&self) -> Option<&Time>;
     /// `status.observedGeneration` and `status.observedSpecDigest`.
     fn observed(&self) -> (Option<i64>, Option<&str>);
 }
@@ -323,6 +325,11 @@ macro_rules! operation_status {
                 &mut self,
             ) -> &mut Option<$crate::api::status::ExecutionBinding> {
                 &mut self.execution_binding
+            }
+            fn next_reconciliation_time(
+                &self,
+            ) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+                self.next_reconciliation_time.as_ref()
             }
             fn observed(&self) -> (Option<i64>, Option<&str>) {
                 (

@@ -111,6 +111,30 @@ pub struct Context {
     /// The resourceVersion of each object as this manager last read or
     /// wrote it: a store copy of another version may trail our own write.
     versions: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Source ConfigMaps' content as last read, by resourceVersion.
+    contents: Contents,
+}
+
+/// What a source ConfigMap's selected keys gave at a resourceVersion: its
+/// UID and content digest. Losing it costs one read.
+#[derive(Default)]
+struct Contents(std::sync::Mutex<std::collections::HashMap<String, Versioned>>);
+
+/// The resourceVersion read, and the (UID, content digest) it gave.
+type Versioned = (String, (String, String));
+
+impl Contents {
+    fn get(&self, key: &str, version: &str) -> Option<(String, String)> {
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(key)
+            .filter(|(v, _)| v == version)
+            .map(|(_, c)| c.clone())
+    }
+
+    fn put(&self, key: String, version: String, content: (String, String)) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.insert(key, (version, content));
+    }
 }
 
 impl Context {
@@ -143,6 +167,7 @@ impl Context {
             backoff: error::Backoff::default(),
             stores: std::sync::OnceLock::new(),
             versions: Default::default(),
+            contents: Contents::default(),
         }
     }
 

@@ -204,6 +204,13 @@ impl<F: Family> Pass<'_, F> {
         if self.obj.meta().deletion_timestamp.is_some() {
             return self.finalize().await;
         }
+        // How late a due pass starts: the reconcile queue's wait
+        // (docs/performance.md reads it from this line).
+        if let Some(due) = self.status().next_reconciliation_time()
+            && let Ok(late) = std::time::Duration::try_from(runtime::now().0.duration_since(due.0))
+        {
+            tracing::debug!(kind = F::KIND, name = %self.name(), late_ms = late.as_millis() as u64, "due pass");
+        }
         if let Some(release) = self.status().pending_lock_release().cloned() {
             self.release(&release).await?;
         }
@@ -306,15 +313,23 @@ impl<F: Family> Pass<'_, F> {
             return Ok(Vec::new());
         }
         let mut obs = Vec::new();
+        let job = runtime::claim_job(self.ctx, &self.ns, &self.uid(), &c).await?;
         if let (Some(epoch), Some(digest)) = (&c.lease_epoch, &c.coordination_digest)
             && !c.lease_continuity_lost
         {
+            // Before any result is harvested, the Lease is renewed in full;
+            // while the Job runs, a recent renewal of ours stands.
             let holder = F::lease_holder(st, &c);
-            if self.ctx.leases.renew(digest, holder, epoch).await? == Continuity::Lost {
+            let leases = &self.ctx.leases;
+            let continuity = match job {
+                ClaimJob::Running(_) => leases.renew_if_due(digest, holder, epoch).await?,
+                _ => leases.renew(digest, holder, epoch).await?,
+            };
+            if continuity == Continuity::Lost {
                 obs.push(Seen::LeaseContinuityLost.into());
             }
         }
-        match runtime::claim_job(self.ctx, &self.ns, &self.uid(), &c).await? {
+        match job {
             ClaimJob::Running(uid) => {
                 if c.job_uid.is_none() {
                     self.record_job_uid(&c, uid).await?;

@@ -144,10 +144,10 @@ pub async fn input_changes(
     let policy_moved = src.kind() != Some(SourceKind::OCI)
         && !inputs::same_policy(recorded.source_policy.as_ref(), source_policy.as_ref());
     let content_moved = match (&src.config_map, recorded.config_map.as_ref()) {
-        (Some(cm), Some(resolved)) => match snapshot::current_content(client, ns, cm).await {
-            Ok((uid, digest)) => uid != resolved.uid || digest != recorded.content_digest,
+        (Some(cm), Some(resolved)) => match current_content(ctx, ns, cm).await {
+            Some((uid, digest)) => uid != resolved.uid || digest != recorded.content_digest,
             // Gone or unreadable: the next read says so, naming it.
-            Err(_) => false,
+            None => false,
         },
         _ => false,
     };
@@ -165,6 +165,32 @@ pub async fn input_changes(
         }
     }
     out
+}
+
+/// The UID and selected content digest of a source ConfigMap as it is now:
+/// read again only when the metadata watch shows another resourceVersion
+/// than the one last read (so an idle pass reads no ConfigMap).
+async fn current_content(
+    ctx: &Context,
+    ns: &str,
+    cm: &ConfigMapSource,
+) -> Option<(String, String)> {
+    let key = format!("{ns}/{}/{}", cm.name, cm.keys.join(","));
+    let version = ctx
+        .stores()
+        .config_maps
+        .get(&kube::runtime::reflector::ObjectRef::new(&cm.name).within(ns))
+        .and_then(|m| m.metadata.resource_version.clone());
+    if let Some(v) = &version
+        && let Some(known) = ctx.contents.get(&key, v)
+    {
+        return Some(known);
+    }
+    let read = snapshot::current_content(&ctx.client, ns, cm).await.ok()?;
+    if let Some(v) = version {
+        ctx.contents.put(key, v, read.clone());
+    }
+    Some(read)
 }
 
 /// The policies a result's bindings name, as they are now.
@@ -225,11 +251,21 @@ pub async fn claim_job(
     let Some(job_name) = c.job_name.as_deref() else {
         return Ok(ClaimJob::Unnamed);
     };
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
-    let job = jobs
-        .get_opt(job_name)
-        .await
-        .map_err(kube_err(format!("reading Job {job_name}")))?;
+    // The Job store first: a Job ours in it is running or has ended (an end
+    // is never undone); one not there yet is read from the API server.
+    let stored = ctx
+        .stores()
+        .jobs
+        .get(&kube::runtime::reflector::ObjectRef::new(job_name).within(ns))
+        .filter(|j| is_job_of_claim(j, &claim_input(c), owner_uid))
+        .map(|j| (*j).clone());
+    let job = match stored {
+        Some(j) => Some(j),
+        None => Api::<Job>::namespaced(ctx.client.clone(), ns)
+            .get_opt(job_name)
+            .await
+            .map_err(kube_err(format!("reading Job {job_name}")))?,
+    };
     Ok(match job {
         Some(j) if is_job_of_claim(&j, &claim_input(c), owner_uid) => {
             if super::harvest::terminal(&j) {

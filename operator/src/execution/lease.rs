@@ -80,6 +80,18 @@ pub struct Leases {
     /// Foreign Leases by name: a takeover needs one unchanged for its whole
     /// duration on this process's clock.
     foreign: Mutex<HashMap<String, Sighting>>,
+    /// Our own Leases by name: the epoch last written and when, on this
+    /// process's monotonic clock, with its duration.
+    ours: Mutex<HashMap<String, Written>>,
+}
+
+/// A write of one of our Leases.
+#[derive(Clone, Debug)]
+struct Written {
+    operation_id: String,
+    epoch: String,
+    at: std::time::Instant,
+    duration: Duration,
 }
 
 /// The outcome of [`Leases::acquire`].
@@ -202,7 +214,44 @@ impl Leases {
             namespace: namespace.to_owned(),
             holder: holder.to_owned(),
             foreign: Mutex::new(HashMap::new()),
+            ours: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Remembers (or, with `None`, forgets) our last write of `name`.
+    fn wrote(&self, name: &str, written: Option<Written>) {
+        let mut ours = self.ours.lock().unwrap_or_else(|p| p.into_inner());
+        match written {
+            Some(w) => ours.insert(name.to_owned(), w),
+            None => ours.remove(name),
+        };
+    }
+
+    /// Whether this process wrote `name` under `epoch` within a third of
+    /// its duration: no manager that follows the protocol can have taken it
+    /// over since (a takeover waits the whole duration), so it is still held
+    /// without asking the API server.
+    fn fresh(&self, name: &str, operation_id: &str, epoch: &str) -> bool {
+        let ours = self.ours.lock().unwrap_or_else(|p| p.into_inner());
+        ours.get(name).is_some_and(|w| {
+            w.operation_id == operation_id && w.epoch == epoch && w.at.elapsed() < w.duration / 3
+        })
+    }
+
+    /// [`Leases::renew`], unless this process wrote the Lease under `epoch`
+    /// for the operation within a third of its duration: then `Held` without
+    /// a request (a pass while the claim's Job runs; the pass that harvests
+    /// renews in full).
+    pub async fn renew_if_due(
+        &self,
+        coordination_digest: &str,
+        operation_id: &str,
+        epoch: &str,
+    ) -> Result<Continuity, LeaseError> {
+        if self.fresh(&lease_name(coordination_digest), operation_id, epoch) {
+            return Ok(Continuity::Held);
+        }
+        self.renew(coordination_digest, operation_id, epoch).await
     }
 
     fn kube_error(&self, name: &str) -> impl FnOnce(kube::Error) -> LeaseError {
@@ -389,6 +438,15 @@ impl Leases {
         match written {
             Ok(_) => {
                 self.forget(&name);
+                self.wrote(
+                    &name,
+                    Some(Written {
+                        operation_id: operation_id.to_owned(),
+                        epoch: epoch.clone(),
+                        at: std::time::Instant::now(),
+                        duration: Duration::from_secs(u64::from(duration_seconds.unsigned_abs())),
+                    }),
+                );
                 Ok(Acquired::Held {
                     epoch,
                     duration_seconds,
@@ -418,12 +476,14 @@ impl Leases {
                 .await
                 .map_err(self.kube_error(&name))?
             else {
+                self.wrote(&name, None);
                 return Ok(Continuity::Lost);
             };
             let carries = holder_of(&lease) == Some(self.holder.as_str())
                 && annotation(&lease, ANNOTATION_LEASE_OPERATION) == Some(operation_id)
                 && annotation(&lease, ANNOTATION_LEASE_EPOCH) == Some(epoch);
             if !carries {
+                self.wrote(&name, None);
                 return Ok(Continuity::Lost);
             }
             let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
@@ -438,15 +498,28 @@ impl Leases {
                 _ => true,
             };
             if lapsed {
+                self.wrote(&name, None);
                 return Ok(Continuity::Lost);
             }
             spec.renew_time = Some(MicroTime(now));
+            let duration = spec.lease_duration_seconds.unwrap_or(0);
             match self
                 .api
                 .replace(&name, &PostParams::default(), &lease)
                 .await
             {
-                Ok(_) => return Ok(Continuity::Held),
+                Ok(_) => {
+                    self.wrote(
+                        &name,
+                        Some(Written {
+                            operation_id: operation_id.to_owned(),
+                            epoch: epoch.to_owned(),
+                            at: std::time::Instant::now(),
+                            duration: Duration::from_secs(u64::from(duration.unsigned_abs())),
+                        }),
+                    );
+                    return Ok(Continuity::Held);
+                }
                 // Written in between: read again and judge what is there now.
                 Err(e) if is_conflict(&e) => continue,
                 Err(e) => return Err(self.kube_error(&name)(e)),
@@ -460,6 +533,7 @@ impl Leases {
     /// immediate). Otherwise, or when it is gone, does nothing. Idempotent.
     pub async fn release(&self, release: &PendingLockRelease) -> Result<(), LeaseError> {
         let name = lease_name(&release.coordination_digest);
+        self.wrote(&name, None);
         for _ in 0..WRITE_ATTEMPTS {
             let Some(mut lease) = self
                 .api
