@@ -195,8 +195,9 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-/// The `VmRSS` and `VmHWM` of a process, in KiB.
-fn memory_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
+/// The `VmRSS`, `VmHWM` and `RssAnon` (the heap, without the mapped
+/// binary) of a process, in KiB.
+fn memory_kib(pid: u32) -> anyhow::Result<(u64, u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let field = |name: &str| {
         status
@@ -205,7 +206,7 @@ fn memory_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap_or(0)
     };
-    Ok((field("VmRSS:"), field("VmHWM:")))
+    Ok((field("VmRSS:"), field("VmHWM:"), field("RssAnon:")))
 }
 
 /// The benchmark of docs/performance.md (`conformance/bench/idle-schemas.sh`):
@@ -257,7 +258,7 @@ async fn bench_idle_schemas() -> anyhow::Result<()> {
     .with_context(|| manager.log())?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let cycle = window.elapsed();
-    let (rss, peak) = memory_kib(manager.pid())?;
+    let (rss, peak, anon) = memory_kib(manager.pid())?;
     let events = events_since(harness, offset, ns.name())?;
     let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
     for e in &events {
@@ -286,7 +287,7 @@ async fn bench_idle_schemas() -> anyhow::Result<()> {
         "schemas: {n}, interval: {interval}, one read cycle of each in {:.0}s",
         cycle.as_secs_f64()
     );
-    println!("manager memory: VmRSS {} KiB, VmHWM {} KiB", rss, peak);
+    println!("manager memory: VmRSS {rss} KiB (RssAnon {anon} KiB), VmHWM {peak} KiB");
     println!(
         "requests per schema per cycle: {:.2} ({} in all)",
         per(events.len()),

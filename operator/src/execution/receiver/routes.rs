@@ -1,0 +1,340 @@
+//! The HTTP side: the result and plan routes of the manager's listener.
+
+use super::*;
+
+/// The receiver: checks a posted result against the claim and stores it.
+pub struct Receiver {
+    client: Client,
+    key: Arc<TokenKey>,
+}
+
+impl Receiver {
+    /// A receiver checking tokens derived from `key`.
+    pub fn new(client: Client, key: Arc<TokenKey>) -> Self {
+        Receiver { client, key }
+    }
+
+    /// The handler for [`RESULTS_PATH`] on [`crate::server::serve`].
+    pub fn handler(self: Arc<Self>) -> crate::server::Handler {
+        Arc::new(move |req| {
+            let me = self.clone();
+            Box::pin(async move {
+                let (status, answer) = match me.receive(req).await {
+                    Ok(name) => (
+                        StatusCode::OK,
+                        Answer {
+                            reason: REASON_STORED.into(),
+                            message: format!("stored as ConfigMap {name}"),
+                        },
+                    ),
+                    Err(r) => (
+                        r.status,
+                        Answer {
+                            reason: r.reason.into(),
+                            message: r.message,
+                        },
+                    ),
+                };
+                let body = serde_json::to_vec(&answer).unwrap_or_default();
+                let mut response = Response::new(Bytes::from(body));
+                *response.status_mut() = status;
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static("application/json"),
+                );
+                response
+            })
+        })
+    }
+
+    /// The handler for [`PLANS_PATH`] on [`crate::server::serve`]: the
+    /// plan's bytes, or a JSON [`Answer`] saying why not.
+    pub fn plan_handler(self: Arc<Self>) -> crate::server::Handler {
+        Arc::new(move |req| {
+            let me = self.clone();
+            Box::pin(async move {
+                match me.plan_bytes(req).await {
+                    Ok(plan) => {
+                        let mut response = Response::new(Bytes::from(plan.bytes));
+                        let headers = response.headers_mut();
+                        headers.insert(
+                            header::CONTENT_TYPE,
+                            header::HeaderValue::from_static("application/octet-stream"),
+                        );
+                        for (name, value) in [
+                            (CONTENT_SHA256_HEADER, plan.sha256),
+                            (PLAN_NAME_HEADER, plan.name),
+                            (PLAN_FINGERPRINT_HEADER, plan.fingerprint),
+                        ] {
+                            if let Ok(v) = header::HeaderValue::from_str(&value) {
+                                headers.insert(name, v);
+                            }
+                        }
+                        response
+                    }
+                    Err(r) => {
+                        let answer = Answer {
+                            reason: r.reason.into(),
+                            message: r.message,
+                        };
+                        let body = serde_json::to_vec(&answer).unwrap_or_default();
+                        let mut response = Response::new(Bytes::from(body));
+                        *response.status_mut() = r.status;
+                        response.headers_mut().insert(
+                            header::CONTENT_TYPE,
+                            header::HeaderValue::from_static("application/json"),
+                        );
+                        response
+                    }
+                }
+            })
+        })
+    }
+
+    /// Checks one plan request against the token, the claim, `status.plan`
+    /// and the Pod, then reads the plan back (every chunk and digest
+    /// checked).
+    pub async fn plan_bytes(&self, req: Request<Bytes>) -> Result<PlanBytes, Refusal> {
+        let request = check_plan_request(&req)?;
+        if !self
+            .key
+            .verify(&request.operation_id, request.attempt, &request.token)
+        {
+            return Err(refuse(
+                StatusCode::UNAUTHORIZED,
+                "Token",
+                "the token is not the one of this operation and attempt",
+            ));
+        }
+        let r = &request.resource;
+        let schema = match r.kind.as_str() {
+            "PtahSchema" => {
+                let api: Api<PtahSchema> = Api::namespaced(self.client.clone(), &r.namespace);
+                api.get_opt(&r.name)
+                    .await
+                    .map_err(|e| unavailable("reading the PtahSchema", &e))?
+                    .ok_or_else(|| {
+                        conflict(
+                            "NotClaimed",
+                            format!("PtahSchema {}/{} does not exist", r.namespace, r.name),
+                        )
+                    })?
+            }
+            // A migration's Apply runs its approved sequence from the
+            // fetched source: there are no plan bytes to hand out.
+            "PtahMigration" => {
+                return Err(refuse(
+                    StatusCode::NOT_FOUND,
+                    "NoPlanBytes",
+                    "a PtahMigration's plan is a sequence of versions, not bytes",
+                ));
+            }
+            _ => {
+                return Err(bad("Path", "the kind must be PtahSchema or PtahMigration"));
+            }
+        };
+        let status = schema.status.as_ref();
+        let claimed =
+            check_apply_claim(status.and_then(|s| s.active_operation.as_ref()), &request)?;
+        let content_digest = check_current_plan(status.and_then(|s| s.plan.as_ref()), &claimed)?;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &r.namespace);
+        let pod = pods
+            .get_opt(&request.pod_name)
+            .await
+            .map_err(|e| unavailable("reading the Pod", &e))?
+            .ok_or_else(|| {
+                conflict(
+                    "PodMismatch",
+                    "the Pod X-Ptah-Pod-Name names does not exist",
+                )
+            })?;
+        check_plan_pod(&pod, &request, &claimed)?;
+        let bytes = plan::read_back(&self.client, &r.namespace, &claimed.name, &content_digest)
+            .await
+            .map_err(|e| plan_refusal(&e))?;
+        Ok(PlanBytes {
+            name: claimed.name,
+            fingerprint: claimed.fingerprint,
+            bytes,
+            sha256: content_digest,
+        })
+    }
+
+    /// Checks and stores one result; answers the index ConfigMap's name.
+    pub async fn receive(&self, req: Request<Bytes>) -> Result<String, Refusal> {
+        let received = check_request(&req)?;
+        let op = &received.operation;
+        if !self
+            .key
+            .verify(&op.operation_id, op.attempt, &received.token)
+        {
+            return Err(refuse(
+                StatusCode::UNAUTHORIZED,
+                "Token",
+                "the token is not the one of this operation and attempt",
+            ));
+        }
+        let namespace = op.resource.namespace.as_str();
+        let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let index_name = result_name(&op.operation_id, op.attempt)
+            .ok_or_else(|| bad("Document", "operation.operationId must be sha256:<64 hex>"))?;
+        // A replay is answered before anything else is read.
+        if let Some(stored) = configmaps
+            .get_opt(&index_name)
+            .await
+            .map_err(|e| unavailable("reading the stored result", &e))?
+        {
+            return Err(replay(&stored, &received.sha256));
+        }
+        let (owner, claim) = self.claim_of(op).await?;
+        check_claim(claim.as_ref(), op)?;
+        let job_name = claim
+            .as_ref()
+            .and_then(|c| c.job_name.clone())
+            .unwrap_or_default();
+        let pod_name = op
+            .pod_name
+            .as_deref()
+            .ok_or_else(|| bad("Document", "operation.podName is required"))?;
+        if op.pod_uid.is_none() {
+            return Err(bad("Document", "operation.podUid is required"));
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let pod = pods
+            .get_opt(pod_name)
+            .await
+            .map_err(|e| unavailable("reading the Pod", &e))?
+            .ok_or_else(|| {
+                conflict(
+                    "PodMismatch",
+                    "the Pod operation.podName names does not exist",
+                )
+            })?;
+        check_pod(&pod, op, &job_name)?;
+
+        let (index, chunks) =
+            result_objects(namespace, &owner, op, req.body(), Timestamp::now())
+                .ok_or_else(|| bad("Document", "operation.operationId must be sha256:<64 hex>"))?;
+        let pp = PostParams::default();
+        for chunk in &chunks {
+            match configmaps.create(&pp, chunk).await {
+                Ok(_) => {}
+                // Left by an earlier attempt that stopped before its index:
+                // the same bytes may go on, others may not.
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    let name = chunk.metadata.name.as_deref().unwrap_or_default();
+                    let existing = configmaps
+                        .get(name)
+                        .await
+                        .map_err(|e| unavailable("reading a stored chunk", &e))?;
+                    if existing.binary_data != chunk.binary_data {
+                        return Err(conflict(
+                            "Replay",
+                            "a different result was stored for this operation and attempt",
+                        ));
+                    }
+                }
+                Err(e) => return Err(unavailable("storing a result chunk", &e)),
+            }
+        }
+        match configmaps.create(&pp, &index).await {
+            Ok(_) => Ok(index_name),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let stored = configmaps
+                    .get(&index_name)
+                    .await
+                    .map_err(|e| unavailable("reading the stored result", &e))?;
+                Err(replay(&stored, &received.sha256))
+            }
+            Err(e) => Err(unavailable("storing the result", &e)),
+        }
+    }
+
+    /// The owner reference and claim of the resource the document names.
+    async fn claim_of(
+        &self,
+        op: &OperationRef,
+    ) -> Result<(OwnerReference, Option<ActiveOperation>), Refusal> {
+        let r = &op.resource;
+        let gone = || {
+            conflict(
+                "NotClaimed",
+                format!("{} {}/{} does not exist", r.kind, r.namespace, r.name),
+            )
+        };
+        let (meta, claim, kind, api_version) = match r.kind.as_str() {
+            "PtahSchema" => {
+                let api: Api<PtahSchema> = Api::namespaced(self.client.clone(), &r.namespace);
+                let s = api
+                    .get_opt(&r.name)
+                    .await
+                    .map_err(|e| unavailable("reading the PtahSchema", &e))?
+                    .ok_or_else(gone)?;
+                let claim = s.status.as_ref().and_then(|st| st.active_operation.clone());
+                (
+                    s.metadata,
+                    claim,
+                    PtahSchema::kind(&()),
+                    PtahSchema::api_version(&()),
+                )
+            }
+            "PtahMigration" => {
+                let api: Api<PtahMigration> = Api::namespaced(self.client.clone(), &r.namespace);
+                let m = api
+                    .get_opt(&r.name)
+                    .await
+                    .map_err(|e| unavailable("reading the PtahMigration", &e))?
+                    .ok_or_else(gone)?;
+                let claim = m.status.as_ref().and_then(|st| st.active_operation.clone());
+                (
+                    m.metadata,
+                    claim,
+                    PtahMigration::kind(&()),
+                    PtahMigration::api_version(&()),
+                )
+            }
+            _ => {
+                return Err(bad(
+                    "Document",
+                    "operation.resource.kind must be PtahSchema or PtahMigration",
+                ));
+            }
+        };
+        let uid = meta.uid.clone().unwrap_or_default();
+        if uid != op.resource_uid {
+            return Err(conflict(
+                "NotClaimed",
+                "operation.resourceUid is not the resource's UID",
+            ));
+        }
+        let owner = OwnerReference {
+            api_version: api_version.into_owned(),
+            kind: kind.into_owned(),
+            name: r.name.clone(),
+            uid,
+            controller: None,
+            block_owner_deletion: None,
+        };
+        Ok((owner, claim))
+    }
+}
+
+/// The refusal of a second result for a stored (operation, attempt).
+pub(super) fn replay(stored: &ConfigMap, sha256: &str) -> Refusal {
+    let same = stored
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key::SHA256))
+        .is_some_and(|s| s == sha256);
+    if same {
+        conflict(
+            REASON_ALREADY_STORED,
+            "this result was already stored for this operation and attempt",
+        )
+    } else {
+        conflict(
+            "Replay",
+            "a result was already stored for this operation and attempt",
+        )
+    }
+}
