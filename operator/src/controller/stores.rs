@@ -87,16 +87,17 @@ pub struct Shared {
 pub fn start(client: &Client, ns: Option<&str>) -> Shared {
     let mut watches = Vec::new();
     let cfg = watcher::Config::default;
-    let (schemas, [schema_sub]) = share(&mut watches, api(client, ns), cfg());
-    let (migrations, [migration_sub]) = share(&mut watches, api(client, ns), cfg());
+    let w = &mut watches;
+    let (schemas, [schema_sub]) = share(w, api(client, ns), cfg(), trim);
+    let (migrations, [migration_sub]) = share(w, api(client, ns), cfg(), trim);
     let realm_api = Api::<PtahRealm>::all(client.clone());
-    let (realms, [r1, r2]) = share(&mut watches, realm_api, cfg());
-    let (schema_approvals, [sa]) = share(&mut watches, api(client, ns), cfg());
-    let (migration_approvals, [ma]) = share(&mut watches, api(client, ns), cfg());
-    let (acknowledgments, [ack]) = share(&mut watches, api(client, ns), cfg());
+    let (realms, [r1, r2]) = share(w, realm_api, cfg(), trim);
+    let (schema_approvals, [sa]) = share(w, api(client, ns), cfg(), trim);
+    let (migration_approvals, [ma]) = share(w, api(client, ns), cfg(), trim);
+    let (acknowledgments, [ack]) = share(w, api(client, ns), cfg(), trim);
     let ours = cfg().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
-    let (jobs, [j1, j2]) = share(&mut watches, api(client, ns), ours);
-    let (config_maps, [c1, c2]) = share(&mut watches, api(client, ns), cfg());
+    let (jobs, [j1, j2]) = share(w, api(client, ns), ours, trim_job);
+    let (config_maps, [c1, c2]) = share(w, api(client, ns), cfg(), trim);
     Shared {
         stores: Stores {
             schemas,
@@ -155,10 +156,26 @@ where
     }
 }
 
+/// What no pass reads is not kept: `managedFields` (`None`, so a status
+/// written from a store copy leaves the server's as they are).
+fn trim<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+/// A Job as a pass reads it: metadata, status and its TTL, not its Pod
+/// template (the largest part of it).
+fn trim_job(job: &mut Job) {
+    trim(job);
+    if let Some(spec) = job.spec.as_mut() {
+        spec.template = Default::default();
+    }
+}
+
 fn share<K, const N: usize>(
     watches: &mut Vec<Watch>,
     api: Api<K>,
     cfg: watcher::Config,
+    keep: fn(&mut K),
 ) -> (Store<K>, [ReflectHandle<K>; N])
 where
     K: Resource<DynamicType = ()>
@@ -176,6 +193,7 @@ where
     watches.push(Box::pin(
         watcher(api, cfg)
             .default_backoff()
+            .modify(keep)
             .reflect_shared(writer)
             .for_each(move |e| log_error(&kind, e.err())),
     ));
