@@ -63,34 +63,12 @@ pub fn jobs_of(schema_name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::source::SourceKind;
     use crate::api::status::SourceBinding;
-    use crate::execution::job::Images;
     use crate::execution::job::SourceInput;
     use crate::execution::receiver::token_secret_name;
 
     fn config() -> Config {
-        Config {
-            images: Images {
-                runner: "r@sha256:1".into(),
-                executor: "e@sha256:2".into(),
-            },
-            receiver_url: "https://127.0.0.1:9443/v1/results".into(),
-            coordination_namespace: "ptah-system".into(),
-            holder: "test".into(),
-            lease_duration_seconds: 15,
-            execution: crate::api::status::ExecutionBinding {
-                epoch: format!("v1-{}", "0".repeat(32)),
-                controller_state_version: 1,
-                ptah_version: "v0.23.0".into(),
-                executor_image: "e@sha256:2".into(),
-                runner_protocol_version: 1,
-            },
-            harvested_ttl_seconds: 300,
-            fault_point: None,
-            fault_operation: None,
-            watch_namespace: None,
-        }
+        super::super::job_input::test_config("r@sha256:1".into(), "e@sha256:2".into())
     }
 
     fn schema(source: serde_json::Value) -> PtahSchema {
@@ -122,20 +100,7 @@ mod tests {
     }
 
     fn binding(snapshot: Option<&str>) -> SourceBinding {
-        SourceBinding {
-            kind: SourceKind::ConfigMap,
-            content_digest: format!("sha256:{}", "c".repeat(64)),
-            config_map_uid: Some("cm-uid".into()),
-            snapshot_name: snapshot.map(str::to_string),
-            location_digest: None,
-            commit: None,
-            resolved_reference: None,
-            source_policy_uid: None,
-            source_policy_digest: None,
-            verification_policy_uid: None,
-            verification_policy_digest: None,
-            signer_evidence_digest: None,
-        }
+        super::super::job_input::configmap_binding(format!("sha256:{}", "c".repeat(64)), snapshot)
     }
 
     #[test]

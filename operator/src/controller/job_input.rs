@@ -200,3 +200,51 @@ pub fn source_input(src: &Source, claim: &ActiveOperation) -> Result<SourceInput
         )),
     }
 }
+
+/// A claim's binding of a ConfigMap source, for the families' tests.
+#[cfg(test)]
+pub fn configmap_binding(
+    content_digest: String,
+    snapshot: Option<&str>,
+) -> crate::api::status::SourceBinding {
+    crate::api::status::SourceBinding {
+        kind: SourceKind::ConfigMap,
+        content_digest,
+        config_map_uid: Some("cm-uid".into()),
+        snapshot_name: snapshot.map(str::to_string),
+        location_digest: None,
+        commit: None,
+        resolved_reference: None,
+        source_policy_uid: None,
+        source_policy_digest: None,
+        verification_policy_uid: None,
+        verification_policy_digest: None,
+        signer_evidence_digest: None,
+    }
+}
+
+/// A manager's configuration with these images, for the families' tests.
+#[cfg(test)]
+pub fn test_config(runner: String, executor: String) -> Config {
+    Config {
+        images: crate::execution::job::Images {
+            runner,
+            executor: executor.clone(),
+        },
+        receiver_url: "https://127.0.0.1:9443/v1/results".into(),
+        coordination_namespace: "ptah-system".into(),
+        holder: "test".into(),
+        lease_duration_seconds: 15,
+        execution: crate::api::status::ExecutionBinding {
+            epoch: format!("v1-{}", "0".repeat(32)),
+            controller_state_version: 1,
+            ptah_version: "v0.23.0".into(),
+            executor_image: executor,
+            runner_protocol_version: 1,
+        },
+        harvested_ttl_seconds: 300,
+        fault_point: None,
+        fault_operation: None,
+        watch_namespace: None,
+    }
+}

@@ -107,7 +107,7 @@ mod tests {
     use crate::api::source::SourceKind;
     use crate::api::status::SourceBinding;
     use crate::execution::job::SourceInput;
-    use crate::execution::job::{Images, build_job};
+    use crate::execution::job::build_job;
     use crate::execution::receiver::token_secret_name;
     use serde_json::json;
 
@@ -116,27 +116,7 @@ mod tests {
     }
 
     fn config() -> Config {
-        Config {
-            images: Images {
-                runner: format!("r@{}", digest(1)),
-                executor: format!("e@{}", digest(2)),
-            },
-            receiver_url: "https://127.0.0.1:9443/v1/results".into(),
-            coordination_namespace: "ptah-system".into(),
-            holder: "test".into(),
-            lease_duration_seconds: 15,
-            execution: crate::api::status::ExecutionBinding {
-                epoch: format!("v1-{}", "0".repeat(32)),
-                controller_state_version: 1,
-                ptah_version: "v0.23.0".into(),
-                executor_image: format!("e@{}", digest(2)),
-                runner_protocol_version: 1,
-            },
-            harvested_ttl_seconds: 300,
-            fault_point: None,
-            fault_operation: None,
-            watch_namespace: None,
-        }
+        super::super::job_input::test_config(format!("r@{}", digest(1)), format!("e@{}", digest(2)))
     }
 
     fn migration(source: serde_json::Value) -> PtahMigration {
@@ -183,20 +163,7 @@ mod tests {
     }
 
     fn binding(snapshot: Option<&str>) -> SourceBinding {
-        SourceBinding {
-            kind: SourceKind::ConfigMap,
-            content_digest: digest(12),
-            config_map_uid: Some("cm-uid".into()),
-            snapshot_name: snapshot.map(str::to_string),
-            location_digest: None,
-            commit: None,
-            resolved_reference: None,
-            source_policy_uid: None,
-            source_policy_digest: None,
-            verification_policy_uid: None,
-            verification_policy_digest: None,
-            signer_evidence_digest: None,
-        }
+        super::super::job_input::configmap_binding(digest(12), snapshot)
     }
 
     fn planned(version: i64) -> PlannedMigration {
