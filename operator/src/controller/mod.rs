@@ -30,6 +30,7 @@ mod pass;
 mod runtime;
 mod schema;
 mod stores;
+mod versions;
 pub use stores::Stores;
 
 use std::sync::Arc;
@@ -108,33 +109,11 @@ pub struct Context {
     pub backoff: error::Backoff,
     /// The shared watches' stores, once each holds its first list.
     stores: std::sync::OnceLock<Stores>,
-    /// The resourceVersion of each object as this manager last read or
+    /// The resourceVersion of each resource as this manager last read or
     /// wrote it: a store copy of another version may trail our own write.
-    versions: std::sync::Mutex<std::collections::HashMap<String, String>>,
-    /// Source ConfigMaps' content as last read, by resourceVersion.
-    contents: Contents,
-}
-
-/// What a source ConfigMap's selected keys gave at a resourceVersion: its
-/// UID and content digest. Losing it costs one read.
-#[derive(Default)]
-struct Contents(std::sync::Mutex<std::collections::HashMap<String, Versioned>>);
-
-/// The resourceVersion read, and the (UID, content digest) it gave.
-type Versioned = (String, (String, String));
-
-impl Contents {
-    fn get(&self, key: &str, version: &str) -> Option<(String, String)> {
-        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        m.get(key)
-            .filter(|(v, _)| v == version)
-            .map(|(_, c)| c.clone())
-    }
-
-    fn put(&self, key: String, version: String, content: (String, String)) {
-        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        m.insert(key, (version, content));
-    }
+    versions: versions::ByVersion<()>,
+    /// What source ConfigMaps' selected keys gave: (UID, content digest).
+    contents: versions::ByVersion<(String, String)>,
 }
 
 impl Context {
@@ -167,7 +146,7 @@ impl Context {
             backoff: error::Backoff::default(),
             stores: std::sync::OnceLock::new(),
             versions: Default::default(),
-            contents: Contents::default(),
+            contents: Default::default(),
         }
     }
 
@@ -181,20 +160,18 @@ impl Context {
     /// Whether the store's copy of an object, at `version`, is the one this
     /// manager last read or wrote (or it has seen none since it started).
     fn current(&self, key: &str, version: Option<&str>) -> bool {
-        let versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
-        versions
-            .get(key)
+        self.versions
+            .version(key)
             .is_none_or(|v| Some(v.as_str()) == version)
     }
 
     /// Records the version of an object this manager last read or wrote;
     /// `None` forgets it (the object is gone).
     fn saw(&self, key: &str, version: Option<&str>) {
-        let mut versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
         match version {
-            Some(v) => versions.insert(key.to_string(), v.to_string()),
-            None => versions.remove(key),
-        };
+            Some(v) => self.versions.put(key, v, ()),
+            None => self.versions.forget(key),
+        }
     }
 
     /// Stops the process if the test asked for a fault at `point` of an

@@ -182,13 +182,13 @@ async fn current_content(
         .get(&kube::runtime::reflector::ObjectRef::new(&cm.name).within(ns))
         .and_then(|m| m.metadata.resource_version.clone());
     if let Some(v) = &version
-        && let Some(known) = ctx.contents.get(&key, v)
+        && let Some(known) = ctx.contents.at(&key, v)
     {
         return Some(known);
     }
     let read = snapshot::current_content(&ctx.client, ns, cm).await.ok()?;
     if let Some(v) = version {
-        ctx.contents.put(key, v, read.clone());
+        ctx.contents.put(&key, &v, read.clone());
     }
     Some(read)
 }
