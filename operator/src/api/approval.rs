@@ -272,44 +272,32 @@ pub trait Approval:
     fn status_mut(&mut self) -> &mut Option<ApprovalStatus>;
 }
 
-impl Approval for PtahSchemaApproval {
-    fn owner(&self) -> &ObjectRef {
-        &self.spec.schema_ref
-    }
-    fn plan_ref(&self) -> &ObjectRef {
-        &self.spec.plan_ref
-    }
-    fn plan_fingerprint(&self) -> &str {
-        &self.spec.plan_fingerprint
-    }
-    fn approver(&self) -> Option<&Identity> {
-        self.spec.approver.as_ref()
-    }
-    fn approved_at(&self) -> Option<&Time> {
-        self.spec.approved_at.as_ref()
-    }
-    fn status_mut(&mut self) -> &mut Option<ApprovalStatus> {
-        &mut self.status
-    }
+/// Implements [`Approval`] on an approval kind by the field naming its
+/// resource.
+macro_rules! approval {
+    ($kind:ty, $owner:ident) => {
+        impl Approval for $kind {
+            fn owner(&self) -> &ObjectRef {
+                &self.spec.$owner
+            }
+            fn plan_ref(&self) -> &ObjectRef {
+                &self.spec.plan_ref
+            }
+            fn plan_fingerprint(&self) -> &str {
+                &self.spec.plan_fingerprint
+            }
+            fn approver(&self) -> Option<&Identity> {
+                self.spec.approver.as_ref()
+            }
+            fn approved_at(&self) -> Option<&Time> {
+                self.spec.approved_at.as_ref()
+            }
+            fn status_mut(&mut self) -> &mut Option<ApprovalStatus> {
+                &mut self.status
+            }
+        }
+    };
 }
 
-impl Approval for PtahMigrationApproval {
-    fn owner(&self) -> &ObjectRef {
-        &self.spec.migration_ref
-    }
-    fn plan_ref(&self) -> &ObjectRef {
-        &self.spec.plan_ref
-    }
-    fn plan_fingerprint(&self) -> &str {
-        &self.spec.plan_fingerprint
-    }
-    fn approver(&self) -> Option<&Identity> {
-        self.spec.approver.as_ref()
-    }
-    fn approved_at(&self) -> Option<&Time> {
-        self.spec.approved_at.as_ref()
-    }
-    fn status_mut(&mut self) -> &mut Option<ApprovalStatus> {
-        &mut self.status
-    }
-}
+approval!(PtahSchemaApproval, schema_ref);
+approval!(PtahMigrationApproval, migration_ref);
