@@ -218,13 +218,22 @@ impl Leases {
         }
     }
 
-    /// Remembers (or, with `None`, forgets) our last write of `name`.
-    fn wrote(&self, name: &str, written: Option<Written>) {
-        let mut ours = self.ours.lock().unwrap_or_else(|p| p.into_inner());
-        match written {
-            Some(w) => ours.insert(name.to_owned(), w),
-            None => ours.remove(name),
+    /// Remembers our write of `name` for the operation under `epoch`, now.
+    fn wrote(&self, name: &str, operation_id: &str, epoch: &str, duration_seconds: i32) {
+        let written = Written {
+            operation_id: operation_id.to_owned(),
+            epoch: epoch.to_owned(),
+            at: Instant::now(),
+            duration: Duration::from_secs(u64::from(duration_seconds.unsigned_abs())),
         };
+        let mut ours = self.ours.lock().unwrap_or_else(|p| p.into_inner());
+        ours.insert(name.to_owned(), written);
+    }
+
+    /// Forgets our last write of `name`: it is released, or no longer ours.
+    fn forget_ours(&self, name: &str) {
+        let mut ours = self.ours.lock().unwrap_or_else(|p| p.into_inner());
+        ours.remove(name);
     }
 
     /// Whether this process wrote `name` under `epoch` within a third of
@@ -438,15 +447,7 @@ impl Leases {
         match written {
             Ok(_) => {
                 self.forget(&name);
-                self.wrote(
-                    &name,
-                    Some(Written {
-                        operation_id: operation_id.to_owned(),
-                        epoch: epoch.clone(),
-                        at: std::time::Instant::now(),
-                        duration: Duration::from_secs(u64::from(duration_seconds.unsigned_abs())),
-                    }),
-                );
+                self.wrote(&name, operation_id, &epoch, duration_seconds);
                 Ok(Acquired::Held {
                     epoch,
                     duration_seconds,
@@ -468,6 +469,21 @@ impl Leases {
         operation_id: &str,
         epoch: &str,
     ) -> Result<Continuity, LeaseError> {
+        let continuity = self
+            .renew_once(coordination_digest, operation_id, epoch)
+            .await?;
+        if continuity == Continuity::Lost {
+            self.forget_ours(&lease_name(coordination_digest));
+        }
+        Ok(continuity)
+    }
+
+    async fn renew_once(
+        &self,
+        coordination_digest: &str,
+        operation_id: &str,
+        epoch: &str,
+    ) -> Result<Continuity, LeaseError> {
         let name = lease_name(coordination_digest);
         for _ in 0..WRITE_ATTEMPTS {
             let Some(mut lease) = self
@@ -476,14 +492,12 @@ impl Leases {
                 .await
                 .map_err(self.kube_error(&name))?
             else {
-                self.wrote(&name, None);
                 return Ok(Continuity::Lost);
             };
             let carries = holder_of(&lease) == Some(self.holder.as_str())
                 && annotation(&lease, ANNOTATION_LEASE_OPERATION) == Some(operation_id)
                 && annotation(&lease, ANNOTATION_LEASE_EPOCH) == Some(epoch);
             if !carries {
-                self.wrote(&name, None);
                 return Ok(Continuity::Lost);
             }
             let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
@@ -498,7 +512,6 @@ impl Leases {
                 _ => true,
             };
             if lapsed {
-                self.wrote(&name, None);
                 return Ok(Continuity::Lost);
             }
             spec.renew_time = Some(MicroTime(now));
@@ -509,15 +522,7 @@ impl Leases {
                 .await
             {
                 Ok(_) => {
-                    self.wrote(
-                        &name,
-                        Some(Written {
-                            operation_id: operation_id.to_owned(),
-                            epoch: epoch.to_owned(),
-                            at: std::time::Instant::now(),
-                            duration: Duration::from_secs(u64::from(duration.unsigned_abs())),
-                        }),
-                    );
+                    self.wrote(&name, operation_id, epoch, duration);
                     return Ok(Continuity::Held);
                 }
                 // Written in between: read again and judge what is there now.
@@ -533,7 +538,7 @@ impl Leases {
     /// immediate). Otherwise, or when it is gone, does nothing. Idempotent.
     pub async fn release(&self, release: &PendingLockRelease) -> Result<(), LeaseError> {
         let name = lease_name(&release.coordination_digest);
-        self.wrote(&name, None);
+        self.forget_ours(&name);
         for _ in 0..WRITE_ATTEMPTS {
             let Some(mut lease) = self
                 .api
