@@ -443,12 +443,12 @@ impl<F: Family> Pass<'_, F> {
         let mut follow = Vec::new();
         match F::shared(e) {
             Ok(Shared::TakeSnapshot) => follow.push(self.take_snapshot().await),
-            Ok(Shared::AcquireLease) => {
+            Ok(Shared::AcquireLease { .. }) => {
                 if let Some(c) = claim {
                     follow.push(self.acquire(&c).await?);
                 }
             }
-            Ok(Shared::StartJob) => {
+            Ok(Shared::StartJob { .. }) => {
                 if let Some(c) = claim {
                     follow.extend(self.dispatch(&c).await?);
                 }

@@ -1,9 +1,11 @@
 //! Pieces both lifecycles share, pure: instants plus durations and the next
 //! timer, the digests a claim is named by, the claim itself (written before
 //! its Job), its authorization, a retry under the same claim, the journal
-//! entries of a spent approval and a failed operation, whether two
-//! resolutions are the same content, and what the controller tells either
-//! machine about approvals and the realm census.
+//! entries of a spent approval, an Apply and a failed operation, whether two
+//! resolutions are the same content, the words both machines observe and ask
+//! in ([`Seen`], [`Shared`]), and the sub-machines both call ([`Machinery`]:
+//! claim and Lease, retry and give-way, read request, realm, resolution and
+//! verification).
 
 use std::time::Duration;
 
@@ -18,6 +20,10 @@ use crate::api::journal::{JournalEntry, JournalEntryType};
 use crate::api::source::{SourceKind, SourceStatus};
 use crate::api::status::{ActiveOperation, Authorization, OperationType, SourceBinding};
 use crate::protocol::naming::OwnerKind;
+
+mod machinery;
+pub(crate) use machinery::machinery;
+pub use machinery::{ClaimExtras, InputMove, Machinery, SpecCommon};
 
 /// A realm re-check is due at least this often while a realm refuses.
 pub const REALM_RECHECK: Duration = Duration::from_secs(60);
@@ -293,6 +299,23 @@ pub fn approval_accepted(c: &ActiveOperation, name: &str, uid: &str, now: &Time)
     e
 }
 
+/// A journal entry of `type_` about Apply claim `c`: the operation, the plan
+/// it ran, what authorized it, and its Job.
+pub fn apply_entry(type_: JournalEntryType, c: &ActiveOperation, now: &Time) -> JournalEntry {
+    let mut e = JournalEntry::new(type_, now.clone());
+    e.operation_id = Some(c.operation_id.clone());
+    e.plan_name = c.plan_name.clone();
+    e.plan_uid = c.plan_uid.clone();
+    e.plan_fingerprint = c.plan_fingerprint.clone();
+    e.authorization = c.authorization;
+    e.approval_name = c.approval_name.clone();
+    e.approval_uid = c.approval_uid.clone();
+    e.approver = c.approver.clone();
+    e.job_name = c.job_name.clone();
+    e.started_at = Some(c.started_at.clone());
+    e
+}
+
 /// The journal entry of operation `op` failing for `reason`.
 pub fn operation_failed(op: OperationType, reason: Reason, now: &Time) -> JournalEntry {
     let mut e = JournalEntry::new(JournalEntryType::OperationFailed, now.clone());
@@ -461,118 +484,158 @@ mod spec_digest_tests {
     }
 }
 
-/// What either family's machine observes in the same words: the controller's
-/// one pass builds these, and each machine takes them as its own
-/// observation of the same name ([`shared_words!`]).
-#[derive(Clone, Debug, PartialEq)]
-pub enum Seen {
-    /// A pass with nothing new.
-    Pass,
-    /// The manager took the ConfigMap source's snapshot.
-    SnapshotTaken(SourceStatus),
-    /// A Resolve Job pinned the Git commit or the OCI digest.
-    SourceResolved(SourceStatus),
-    /// The source was refused, the rule named.
-    SourceRefused {
-        /// The message naming the rule.
-        message: String,
-    },
-    /// The source ConfigMap or the source policy changed.
-    SourceChanged,
-    /// Verify accepted the artifact.
-    VerificationSatisfied(crate::api::source::VerificationEvidence),
-    /// Verify refused the artifact.
-    VerificationRefused {
-        /// Why.
-        message: String,
-    },
-    /// The verification policy ConfigMap changed.
-    VerificationPolicyChanged,
-    /// A Job failed without a usable result.
-    JobFailed {
-        /// The reason of the failure.
-        reason: Reason,
-        /// A diagnostic.
-        message: String,
-    },
-    /// The claim's Job could not be built: none exists.
-    JobNotBuilt {
-        /// `PodAdmissionRefused`, `ConfigurationError`, …
-        reason: Reason,
-        /// A diagnostic.
-        message: String,
-    },
-    /// The claim's dispatched Job is gone, or its result unreadable.
-    JobLost,
-    /// An approval of some plan of this resource exists.
-    ApprovalExists(ApprovalSeen),
-    /// The approval the Apply claim names no longer exists.
-    ApprovalAbsent,
-    /// The claim's realm Lease was acquired with a new epoch.
-    LeaseAcquired {
-        /// The epoch.
-        epoch: String,
-        /// Its duration in seconds.
-        duration_seconds: i32,
-    },
-    /// The realm Lease is held by another holder.
-    LeaseLost,
-    /// The persisted epoch no longer owns an uninterrupted lock interval.
-    LeaseContinuityLost,
-    /// The realm census's verdict.
-    Realm(RealmVerdict),
-    /// `spec.target.engine` is not one the operator implements.
-    EngineUnsupported,
-    /// Only `spec.suspend` changed.
-    SuspendChanged,
-    /// `metadata.generation` moved.
-    GenerationMoved,
-    /// The execution components changed.
-    ExecutionBindingChanged(crate::api::status::ExecutionBinding),
-    /// The resource or something it names is misconfigured.
-    ConfigurationError {
-        /// Which field or rule.
-        message: String,
-    },
+/// Declares an observation enum: the words both families share (the
+/// variants of [`Seen`]), then the family's own.
+macro_rules! with_seen {
+    ($(#[$m:meta])* $vis:vis enum $name:ident { $($own:tt)* }) => {
+        $(#[$m])*
+        $vis enum $name {
+            /// A pass with nothing new: timers (interval, retry delay, the pass after
+            /// Pending), `spec.suspend` and a read request are looked at.
+            Pass,
+            /// The manager took the ConfigMap source's snapshot (Resolve, no Job).
+            SnapshotTaken($crate::api::source::SourceStatus),
+            /// A Resolve Job pinned the Git commit or the OCI digest.
+            SourceResolved($crate::api::source::SourceStatus),
+            /// The source was refused (the source policy, a Git host), the rule named.
+            SourceRefused {
+                /// The message naming the rule.
+                message: String,
+            },
+            /// An input of the source changed: the source ConfigMap or the source
+            /// policy. Read at once.
+            SourceChanged,
+            /// Verify accepted the artifact.
+            VerificationSatisfied($crate::api::source::VerificationEvidence),
+            /// Verify refused the artifact.
+            VerificationRefused {
+                /// Why.
+                message: String,
+            },
+            /// The verification policy ConfigMap changed.
+            VerificationPolicyChanged,
+            /// A read's Job failed (or its result was refused).
+            JobFailed {
+                /// The reason of the failure.
+                reason: $crate::api::condition::Reason,
+                /// A diagnostic.
+                message: String,
+            },
+            /// The claim's Job could not be built, or was held to its admission
+            /// snapshot: none exists.
+            JobNotBuilt {
+                /// `PodAdmissionRefused`, `ConfigurationError`, …
+                reason: $crate::api::condition::Reason,
+                /// A diagnostic.
+                message: String,
+            },
+            /// The claim's dispatched Job is gone, or its result unreadable.
+            JobLost,
+            /// An approval of some plan of this resource exists.
+            ApprovalExists($crate::lifecycle::common::ApprovalSeen),
+            /// The approval the Apply claim names no longer exists.
+            ApprovalAbsent,
+            /// The claim's realm Lease was acquired with a new epoch.
+            LeaseAcquired {
+                /// The epoch.
+                epoch: String,
+                /// Its duration in seconds.
+                duration_seconds: i32,
+            },
+            /// The realm Lease is held by another holder, or was lost.
+            LeaseLost,
+            /// The persisted epoch no longer owns an uninterrupted lock interval.
+            LeaseContinuityLost,
+            /// The realm census's verdict.
+            Realm($crate::lifecycle::common::RealmVerdict),
+            /// `spec.target.engine` is not one the operator implements.
+            EngineUnsupported,
+            /// `spec.suspend` changed.
+            SuspendChanged,
+            /// `metadata.generation` moved.
+            GenerationMoved,
+            /// The execution components changed: a new epoch.
+            ExecutionBindingChanged($crate::api::status::ExecutionBinding),
+            /// The resource or something it names is misconfigured.
+            ConfigurationError {
+                /// Which field or rule.
+                message: String,
+            },
+            $($own)*
+        }
+    };
+}
+pub(crate) use with_seen;
+
+/// Declares an effect enum: the words both families share (the variants of
+/// [`Shared`]), then the family's own.
+macro_rules! with_shared {
+    ($(#[$m:meta])* $vis:vis enum $name:ident { $($own:tt)* }) => {
+        $(#[$m])*
+        $vis enum $name {
+            /// Take the ConfigMap snapshot (a Resolve in the manager) and step again
+            /// with `SnapshotTaken`.
+            TakeSnapshot,
+            /// Acquire the database-realm Lease for the claim and step again with
+            /// `LeaseAcquired` or `LeaseLost`.
+            AcquireLease {
+                /// The claim.
+                operation_id: String,
+            },
+            /// Create the claim's Job (dispatch protocol: `dispatchStarted` is in the
+            /// status just written; one create; adopt by name).
+            StartJob {
+                /// The operation.
+                operation: $crate::api::status::OperationType,
+                /// The reserved name.
+                job_name: String,
+            },
+            /// Retire the plan: it authorizes nothing any more.
+            RetirePlan {
+                /// The plan's name.
+                name: String,
+                /// Why.
+                reason: $crate::api::condition::Reason,
+            },
+            /// Mark the approval consumed, at dispatch.
+            SpendApproval {
+                /// The approval's name.
+                name: String,
+                /// Its UID.
+                uid: String,
+            },
+            /// Release the Lease (also staged in `status.pendingLockRelease`).
+            ReleaseLease($crate::api::status::PendingLockRelease),
+            /// Emit an Event.
+            Event {
+                /// A Warning rather than Normal.
+                warning: bool,
+                /// The reason.
+                reason: $crate::api::condition::Reason,
+                /// The note.
+                message: String,
+            },
+            /// Step again no later than this instant.
+            RequeueAt(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time),
+            $($own)*
+        }
+    };
+}
+pub(crate) use with_shared;
+
+with_seen! {
+    /// What either family's machine observes in the same words: the controller's
+    /// one pass builds these, and each machine takes them as its own
+    /// observation of the same name ([`shared_words!`]).
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum Seen {}
 }
 
-/// What either family's machine asks of the controller in the same words;
-/// the rest of a family's effects are its own.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Shared {
-    /// Take the ConfigMap snapshot.
-    TakeSnapshot,
-    /// Acquire the realm Lease for the claim status holds.
-    AcquireLease,
-    /// Create the Job of the claim status holds.
-    StartJob,
-    /// Retire a plan: every approval of it is stale.
-    RetirePlan {
-        /// The plan's name.
-        name: String,
-        /// Why.
-        reason: Reason,
-    },
-    /// Mark an approval consumed.
-    SpendApproval {
-        /// The approval's name.
-        name: String,
-        /// Its UID.
-        uid: String,
-    },
-    /// Release a Lease staged in `status.pendingLockRelease`.
-    ReleaseLease(crate::api::status::PendingLockRelease),
-    /// Emit an Event.
-    Event {
-        /// A Warning rather than Normal.
-        warning: bool,
-        /// The reason.
-        reason: Reason,
-        /// The note.
-        message: String,
-    },
-    /// Step again no later than this instant.
-    RequeueAt(Time),
+with_shared! {
+    /// What either family's machine asks of the controller in the same words;
+    /// the rest of a family's effects are its own.
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum Shared {}
 }
 
 /// Takes [`Seen`] into a family's `Observation`, and gives a family's
@@ -616,6 +679,36 @@ macro_rules! shared_words {
             }
         }
 
+        impl From<$crate::lifecycle::common::Shared> for $fx {
+            fn from(s: $crate::lifecycle::common::Shared) -> Self {
+                use $crate::lifecycle::common::Shared as S;
+                match s {
+                    S::TakeSnapshot => $fx::TakeSnapshot,
+                    S::AcquireLease { operation_id } => $fx::AcquireLease { operation_id },
+                    S::StartJob {
+                        operation,
+                        job_name,
+                    } => $fx::StartJob {
+                        operation,
+                        job_name,
+                    },
+                    S::RetirePlan { name, reason } => $fx::RetirePlan { name, reason },
+                    S::SpendApproval { name, uid } => $fx::SpendApproval { name, uid },
+                    S::ReleaseLease(r) => $fx::ReleaseLease(r),
+                    S::Event {
+                        warning,
+                        reason,
+                        message,
+                    } => $fx::Event {
+                        warning,
+                        reason,
+                        message,
+                    },
+                    S::RequeueAt(t) => $fx::RequeueAt(t),
+                }
+            }
+        }
+
         impl $fx {
             /// This effect in the words both families share, or itself when
             /// it is the family's own.
@@ -627,8 +720,14 @@ macro_rules! shared_words {
                 use $crate::lifecycle::common::Shared as S;
                 Ok(match self {
                     $fx::TakeSnapshot => S::TakeSnapshot,
-                    $fx::AcquireLease { .. } => S::AcquireLease,
-                    $fx::StartJob { .. } => S::StartJob,
+                    $fx::AcquireLease { operation_id } => S::AcquireLease { operation_id },
+                    $fx::StartJob {
+                        operation,
+                        job_name,
+                    } => S::StartJob {
+                        operation,
+                        job_name,
+                    },
                     $fx::RetirePlan { name, reason } => S::RetirePlan { name, reason },
                     $fx::SpendApproval { name, uid } => S::SpendApproval { name, uid },
                     $fx::ReleaseLease(r) => S::ReleaseLease(r),

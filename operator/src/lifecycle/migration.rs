@@ -179,12 +179,12 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::common::{self, ClaimInputs, binding_of};
+use super::common::{self, ClaimExtras, InputMove, Machinery};
 use super::conditions::{self, Health};
 use super::journal::{self, Kept};
-use super::read_request::{self, Answer, Running};
+use super::read_request::{self, Running};
 use super::realm::coordination_digest;
-use crate::api::annotations::{READ_REQUESTED_AT, UNRESOLVED_RUN};
+use crate::api::annotations::UNRESOLVED_RUN;
 use crate::api::common::{ApplyPolicy, DatabaseEngine, Identity};
 use crate::api::condition::{
     ConditionStatus, MigrationConditionType as C, MigrationPhase as P, Reason,
@@ -196,11 +196,8 @@ use crate::api::migration::{
     VerificationOutcome,
 };
 use crate::api::plan::PlannedMigration;
-use crate::api::source::{SourceKind, SourceStatus, VerificationEvidence};
-use crate::api::status::{
-    ActiveOperation, Authorization, ExecutionBinding, OperationType, PendingLockRelease,
-    SourceBinding,
-};
+use crate::api::source::{SourceKind, SourceStatus};
+use crate::api::status::{ActiveOperation, Authorization, OperationType, PendingLockRelease};
 use crate::protocol::naming::OwnerKind;
 
 pub use super::common::{ApprovalSeen, REALM_RECHECK, RealmVerdict};
@@ -211,97 +208,29 @@ pub use crate::protocol::migrations::{HistoryVerdict, REVISIONS_MAX};
 /// Each version list of `status.history` keeps at most this many versions.
 pub const VERSION_LIST_MAX: usize = 64;
 
-/// What happened since the last step.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Observation {
-    /// A pass with nothing new: timers (interval, retry delay, the pass after
-    /// Pending or VerifyingHistory), `spec.suspend` and a read request.
-    Pass,
-    /// The manager took the ConfigMap source's snapshot (Resolve, no Job).
-    SnapshotTaken(SourceStatus),
-    /// A Resolve Job pinned the Git commit or the OCI digest.
-    SourceResolved(SourceStatus),
-    /// The source was refused (the source policy, a Git host), the rule named.
-    SourceRefused {
-        /// The message naming the rule.
-        message: String,
-    },
-    /// The source ConfigMap or the source policy changed: read at once.
-    SourceChanged,
-    /// Verify accepted the artifact.
-    VerificationSatisfied(VerificationEvidence),
-    /// Verify refused the artifact.
-    VerificationRefused {
-        /// Why.
-        message: String,
-    },
-    /// The verification policy ConfigMap changed.
-    VerificationPolicyChanged,
-    /// A History Job's result: one of the six verdicts and the reading.
-    HistoryRead(HistoryReading),
-    /// The plan [`Effect::PublishPlan`] asked for is stored.
-    PlanPublished(MigrationPlanSummary),
-    /// The plan could not be published.
-    PlanNotPublished {
-        /// Why, naming the field or rule.
-        message: String,
-    },
-    /// An approval of some plan of this resource exists.
-    ApprovalExists(ApprovalSeen),
-    /// The approval the Apply claim names no longer exists.
-    ApprovalAbsent,
-    /// The Apply claim's realm Lease was acquired with a new epoch.
-    LeaseAcquired {
-        /// The epoch.
-        epoch: String,
-        /// Its duration in seconds.
-        duration_seconds: i32,
-    },
-    /// The realm Lease is held by another holder, or was lost.
-    LeaseLost,
-    /// The persisted epoch no longer owns an uninterrupted lock interval.
-    LeaseContinuityLost,
-    /// A dispatched Apply Job ended and its result was harvested.
-    RunEnded(RunReport),
-    /// A Job failed without a result (or its result was refused).
-    JobFailed {
-        /// The reason of the failure.
-        reason: Reason,
-        /// A diagnostic.
-        message: String,
-    },
-    /// The claim's Job could not be built, or was held to its admission
-    /// snapshot: none exists.
-    JobNotBuilt {
-        /// `PodAdmissionRefused`, `ConfigurationError`, …
-        reason: Reason,
-        /// A diagnostic.
-        message: String,
-    },
-    /// The claim's dispatched Job is gone, or its result unreadable.
-    JobLost,
-    /// The realm census's verdict.
-    Realm(RealmVerdict),
-    /// `spec.target.engine` is not one the operator implements.
-    EngineUnsupported,
-    /// `spec.suspend` changed.
-    SuspendChanged,
-    /// `metadata.generation` moved.
-    GenerationMoved,
-    /// The execution components changed: a new epoch.
-    ExecutionBindingChanged(ExecutionBinding),
-    /// The resource or something it names is misconfigured.
-    ConfigurationError {
-        /// Which field or rule.
-        message: String,
-    },
-    /// The read-request annotation changed.
-    ReadRequest,
-    /// A stamped PtahMigrationRunAcknowledgment of this resource.
-    Acknowledged(AcknowledgmentSeen),
-    /// The annotation copy of a hold, found while status has none (a restore
-    /// that dropped status).
-    RestoredFromAnnotation(UnresolvedRun),
+common::with_seen! {
+    /// What happened since the last step.
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum Observation {
+        /// A History Job's result: one of the six verdicts and the reading.
+        HistoryRead(HistoryReading),
+        /// The plan [`Effect::PublishPlan`] asked for is stored.
+        PlanPublished(MigrationPlanSummary),
+        /// The plan could not be published.
+        PlanNotPublished {
+            /// Why, naming the field or rule.
+            message: String,
+        },
+        /// A dispatched Apply Job ended and its result was harvested.
+        RunEnded(RunReport),
+        /// The read-request annotation changed.
+        ReadRequest,
+        /// A stamped PtahMigrationRunAcknowledgment of this resource.
+        Acknowledged(AcknowledgmentSeen),
+        /// The annotation copy of a hold, found while status has none (a restore
+        /// that dropped status).
+        RestoredFromAnnotation(UnresolvedRun),
+    }
 }
 
 /// A History Job's result.
@@ -370,70 +299,28 @@ pub struct AcknowledgmentSeen {
     pub acknowledged_by: Option<Identity>,
 }
 
-/// What the controller performs around the status write.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Effect {
-    /// Take the ConfigMap snapshot (a Resolve in the manager) and step again
-    /// with [`Observation::SnapshotTaken`].
-    TakeSnapshot,
-    /// Acquire the database-realm Lease for the Apply claim and step again
-    /// with [`Observation::LeaseAcquired`] or [`Observation::LeaseLost`].
-    AcquireLease {
-        /// The claim.
-        operation_id: String,
-    },
-    /// Create the claim's Job (`dispatchStarted` is in the status just
-    /// written; one create; adopt by name).
-    StartJob {
-        /// The operation.
-        operation: OperationType,
-        /// The reserved name.
-        job_name: String,
-    },
-    /// Publish a PtahMigrationPlan of this sequence against this reading
-    /// (create, or adopt the one of the same name), then step
-    /// [`Observation::PlanPublished`].
-    PublishPlan {
-        /// The ordered sequence.
-        migrations: Vec<PlannedMigration>,
-        /// The reading's fingerprint the plan binds.
-        history_fingerprint: Option<String>,
-        /// The database the reading reached.
-        target_identity_digest: Option<String>,
-    },
-    /// Retire the plan: it authorizes nothing any more.
-    RetirePlan {
-        /// The plan's name.
-        name: String,
-        /// Why.
-        reason: Reason,
-    },
-    /// Mark the approval consumed, at dispatch.
-    SpendApproval {
-        /// The approval's name.
-        name: String,
-        /// Its UID.
-        uid: String,
-    },
-    /// Release the Lease (also staged in `status.pendingLockRelease`).
-    ReleaseLease(PendingLockRelease),
-    /// Write `operator.ptah.run/unresolved-run` with this copy, BEFORE the
-    /// status that sets `status.unresolvedRun`.
-    WriteUnresolvedAnnotation(UnresolvedRun),
-    /// Remove `operator.ptah.run/unresolved-run`, AFTER the status that
-    /// clears `status.unresolvedRun`.
-    ClearUnresolvedAnnotation,
-    /// Emit an Event.
-    Event {
-        /// A Warning rather than Normal.
-        warning: bool,
-        /// The reason.
-        reason: Reason,
-        /// The note.
-        message: String,
-    },
-    /// Step again no later than this instant.
-    RequeueAt(Time),
+common::with_shared! {
+    /// What the controller performs around the status write.
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum Effect {
+        /// Publish a PtahMigrationPlan of this sequence against this reading
+        /// (create, or adopt the one of the same name), then step
+        /// [`Observation::PlanPublished`].
+        PublishPlan {
+            /// The ordered sequence.
+            migrations: Vec<PlannedMigration>,
+            /// The reading's fingerprint the plan binds.
+            history_fingerprint: Option<String>,
+            /// The database the reading reached.
+            target_identity_digest: Option<String>,
+        },
+        /// Write `operator.ptah.run/unresolved-run` with this copy, BEFORE the
+        /// status that sets `status.unresolvedRun`.
+        WriteUnresolvedAnnotation(UnresolvedRun),
+        /// Remove `operator.ptah.run/unresolved-run`, AFTER the status that
+        /// clears `status.unresolvedRun`.
+        ClearUnresolvedAnnotation,
+    }
 }
 
 impl Effect {
@@ -537,11 +424,6 @@ fn journal_outcome(o: RunOutcome) -> JournalOutcome {
 }
 
 /// Which input moved under the resource.
-enum InputMove {
-    Generation,
-    Execution(ExecutionBinding),
-}
-
 struct Machine<'a> {
     m: &'a PtahMigration,
     now: &'a Time,
@@ -552,57 +434,10 @@ struct Machine<'a> {
 impl Machine<'_> {
     // ----- inputs -----------------------------------------------------------
 
-    fn generation(&self) -> Option<i64> {
-        self.m.metadata.generation
-    }
-
-    fn interval(&self) -> Duration {
-        common::interval(&self.m.spec.interval)
-    }
-
-    fn retry_interval(&self) -> Duration {
-        common::retry_interval(&self.m.spec.execution.failure_retry_interval)
-    }
-
-    fn source_kind(&self) -> Option<SourceKind> {
-        self.m.spec.source.kind()
-    }
-
-    fn annotation(&self, key: &str) -> Option<&str> {
-        common::annotation(&self.m.metadata, key)
-    }
-
-    fn due(&self, at: Option<&Time>) -> bool {
-        common::due(at, self.now)
-    }
-
-    fn phase(&self) -> Option<P> {
-        self.st.phase
-    }
-
-    fn blocked_reason(&self) -> Option<Reason> {
-        if self.phase() != Some(P::Blocked) {
-            return None;
-        }
-        // `Blocked` keeps its reason while a ConfigMap read is taking its
-        // snapshot (which moves only the kstatus trio).
-        conditions::get(&self.st.conditions, C::Blocked)
-            .filter(|c| c.status == ConditionStatus::True)
-            .map(|c| c.reason)
-    }
-
     /// Blocked for a reason the controller checks before anything else.
     fn blocked_by_check(&self) -> bool {
         self.blocked_reason()
             .is_some_and(read_request::blocked_reason_waits)
-    }
-
-    fn claim_ref(&self) -> Option<&ActiveOperation> {
-        self.st.active_operation.as_ref()
-    }
-
-    fn claim_type(&self) -> Option<OperationType> {
-        self.claim_ref().map(|c| c.type_)
     }
 
     fn apply_dispatched(&self) -> bool {
@@ -631,117 +466,12 @@ impl Machine<'_> {
             && ended.is_some_and(|e| claim.started_at.0 >= e && read.is_none_or(|r| r < e))
     }
 
-    fn running(&self) -> Running {
-        match self.claim_ref() {
-            None if self.phase() == Some(P::VerifyingHistory) => Running::ApplyOrProof,
-            None => Running::Nothing,
-            Some(c) if !is_read(c.type_) || self.proof_read() => Running::ApplyOrProof,
-            Some(c) if c.retry_not_before.is_some() && !c.dispatch_started => {
-                Running::ReadBetweenAttempts {
-                    retry_due: self.due(c.retry_not_before.as_ref()),
-                }
-            }
-            Some(_) => Running::ReadUnderWay,
-        }
-    }
-
     fn coordination(&self) -> Option<String> {
         let namespace = self.m.metadata.namespace.as_deref().unwrap_or_default();
         coordination_digest(&self.m.spec.target.engine, namespace, &self.m.spec.target)
     }
 
-    fn current_binding(&self) -> Option<SourceBinding> {
-        self.st.source.as_ref().map(binding_of)
-    }
-
     // ----- outputs ----------------------------------------------------------
-
-    fn event(&mut self, warning: bool, reason: Reason, message: impl Into<String>) {
-        self.fx.push(Effect::Event {
-            warning,
-            reason,
-            message: message.into(),
-        });
-    }
-
-    /// The kstatus trio (`Ready`, `Reconciling`, `Stalled`) for `health`.
-    fn kstatus(&mut self, health: Health, reason: Reason, message: &str) {
-        let (g, now) = (self.generation(), self.now);
-        let trio = (C::Ready, C::Reconciling, C::Stalled);
-        conditions::set_kstatus(
-            &mut self.st.conditions,
-            trio,
-            health,
-            reason,
-            message,
-            g,
-            now,
-        );
-    }
-
-    /// `ReconciliationFailed` with the reason, and a Warning saying it.
-    fn report_failure(&mut self, reason: Reason, message: &str) {
-        self.cond(
-            C::ReconciliationFailed,
-            ConditionStatus::True,
-            reason,
-            message,
-        );
-        self.event(true, reason, message);
-    }
-
-    fn cond(&mut self, t: C, s: ConditionStatus, r: Reason, msg: &str) {
-        let g = self.generation();
-        conditions::set(&mut self.st.conditions, t, s, r, msg, g, self.now);
-    }
-
-    fn journal(&mut self, entry: JournalEntry) {
-        let pending = self.st.plan.as_ref().map(|p| p.uid.clone());
-        journal::append(
-            &mut self.st.journal,
-            &mut self.st.covered_since,
-            entry,
-            Kept {
-                pending_plan_uid: pending.as_deref(),
-            },
-        );
-    }
-
-    /// Sets the phase, the kstatus trio and `Progressing`/`Blocked`.
-    fn settle(&mut self, phase: P, reason: Reason, message: &str) {
-        self.st.phase = Some(phase);
-        let resting = phase == P::Planning && reason == Reason::ApplyDisabled;
-        let health = match phase {
-            P::InSync => Health::Ready,
-            P::Blocked => Health::Stalled,
-            P::AwaitingApproval | P::Suspended => Health::Waiting,
-            _ if resting => Health::Waiting,
-            _ => Health::Progressing,
-        };
-        self.kstatus(health, reason, message);
-        // Something is coming: an operation, a published plan, an Apply, a
-        // run being confirmed.
-        let progressing = !matches!(phase, P::InSync | P::Blocked | P::Suspended) && !resting;
-        let s = if progressing {
-            ConditionStatus::True
-        } else {
-            ConditionStatus::False
-        };
-        self.cond(C::Progressing, s, reason, message);
-        if phase == P::Blocked {
-            self.cond(C::Blocked, ConditionStatus::True, reason, message);
-        } else {
-            self.cond(C::Blocked, ConditionStatus::False, reason, "");
-        }
-    }
-
-    fn schedule_interval(&mut self) {
-        self.st.next_reconciliation_time = Some(common::plus(self.now, self.interval()));
-    }
-
-    fn requeue_now(&mut self) {
-        self.fx.push(Effect::RequeueAt(self.now.clone()));
-    }
 
     fn stage_release(&mut self, claim: &ActiveOperation) {
         let Some(epoch) = claim.lease_epoch.clone() else {
@@ -759,13 +489,6 @@ impl Machine<'_> {
         };
         self.st.pending_lock_release = Some(release.clone());
         self.fx.push(Effect::ReleaseLease(release));
-    }
-
-    /// Drops the claim, staging the release of any Lease it holds.
-    fn drop_claim(&mut self) -> Option<ActiveOperation> {
-        let claim = self.st.active_operation.take()?;
-        self.stage_release(&claim);
-        Some(claim)
     }
 
     fn retire_plan(&mut self, reason: Reason) -> Option<MigrationPlanSummary> {
@@ -786,76 +509,6 @@ impl Machine<'_> {
     }
 
     // ----- claims -----------------------------------------------------------
-
-    fn new_claim(&self, op: OperationType, source: Option<SourceBinding>) -> ActiveOperation {
-        let plan_fingerprint = self.st.plan.as_ref().map(|p| p.fingerprint.as_str());
-        common::new_claim(
-            ClaimInputs {
-                owner: OwnerKind::PtahMigration,
-                resource: self.m.metadata.name.as_deref().unwrap_or_default(),
-                uid: self.m.metadata.uid.as_deref().unwrap_or_default(),
-                generation: self.generation(),
-                op,
-                source,
-                execution_epoch: self.st.execution_binding.as_ref().map(|e| e.epoch.clone()),
-                plan_fingerprint,
-                coordination_digest: self.coordination(),
-                target_identity_digest: self
-                    .st
-                    .history
-                    .as_ref()
-                    .and_then(|h| h.target_identity_digest.clone()),
-            },
-            self.now,
-        )
-    }
-
-    /// Claims `op` and, unless it is an Apply that takes the realm Lease
-    /// first, dispatches it. History takes no Lease: it mutates nothing.
-    fn claim(&mut self, mut claim: ActiveOperation) {
-        self.st.last_attempt_time = Some(self.now.clone());
-        if claim.type_ == OperationType::Apply && claim.lease_epoch.is_none() {
-            self.fx.push(Effect::AcquireLease {
-                operation_id: claim.operation_id.clone(),
-            });
-        } else {
-            claim.dispatch_started = true;
-            self.fx.push(Effect::StartJob {
-                operation: claim.type_,
-                job_name: claim.job_name.clone().unwrap_or_default(),
-            });
-        }
-        self.st.active_operation = Some(claim);
-    }
-
-    /// Starts the read the interval starts: Resolve (a Job for Git and OCI;
-    /// the snapshot for a ConfigMap, which shows Reading, never Resolving).
-    fn start_read(&mut self) {
-        if self.m.spec.suspend {
-            self.enter_suspended();
-            return;
-        }
-        self.st.next_reconciliation_time = None;
-        match self.source_kind() {
-            Some(SourceKind::ConfigMap) => {
-                // The phase moves with the snapshot's write.
-                self.fx.push(Effect::TakeSnapshot);
-                self.kstatus(Health::Progressing, Reason::Refreshing, "");
-            }
-            Some(_) => {
-                let claim = self.new_claim(OperationType::Resolve, None);
-                self.claim(claim);
-                self.settle(P::Resolving, Reason::OperationInProgress, "");
-            }
-            None => self.fail_idle(Reason::ConfigurationError, "spec.source selects no source"),
-        }
-    }
-
-    fn start_verify(&mut self) {
-        let claim = self.new_claim(OperationType::Verify, self.current_binding());
-        self.claim(claim);
-        self.settle(P::Verifying, Reason::OperationInProgress, "");
-    }
 
     /// Claims the history read: after a run it reads from what the run ran.
     fn start_history(&mut self) {
@@ -881,33 +534,6 @@ impl Machine<'_> {
         self.settle(P::Suspended, Reason::Suspended, "spec.suspend");
     }
 
-    fn fail_idle(&mut self, reason: Reason, message: &str) {
-        self.st.next_reconciliation_time = Some(common::plus(self.now, self.retry_interval()));
-        self.report_failure(reason, message);
-        self.settle(P::Failed, reason, message);
-    }
-
-    fn block(&mut self, reason: Reason, message: &str) {
-        if self.blocked_reason() != Some(reason) {
-            self.event(true, reason, message);
-        }
-        self.settle(P::Blocked, reason, message);
-        match reason {
-            Reason::RealmConflict | Reason::RealmNotAuthorized => {
-                let every = self.interval().min(REALM_RECHECK);
-                self.st.next_reconciliation_time = Some(common::plus(self.now, every));
-            }
-            Reason::UnsupportedEngine => self.st.next_reconciliation_time = None,
-            _ => self.schedule_interval(),
-        }
-    }
-
-    /// A Pending pass: the claim was discarded or withdrawn.
-    fn pending(&mut self, reason: Reason) {
-        self.requeue_now();
-        self.settle(P::Pending, reason, "");
-    }
-
     // ----- the machine ------------------------------------------------------
 
     fn observe(&mut self, o: &Observation) {
@@ -917,43 +543,14 @@ impl Machine<'_> {
             }
             Observation::SnapshotTaken(src) => self.snapshot_taken(src),
             Observation::SourceResolved(src) => self.source_resolved(src),
-            Observation::SourceRefused { message } => {
-                if self.claim_type() == Some(OperationType::Resolve) {
-                    self.read_failed(Reason::SourcePolicyRefused, message);
-                } else if self.st.active_operation.is_none() {
-                    self.fail_idle(Reason::SourcePolicyRefused, message);
-                }
-            }
+            Observation::SourceRefused { message } => self.source_refused(message),
             Observation::SourceChanged => self.source_changed(),
-            Observation::VerificationSatisfied(evidence) => {
-                if self.claim_type() != Some(OperationType::Verify) {
-                    return;
-                }
-                self.st.active_operation = None;
-                if let Some(src) = self.st.source.as_mut() {
-                    src.verification = Some(evidence.clone());
-                }
-                self.cond(
-                    C::ArtifactVerified,
-                    ConditionStatus::True,
-                    Reason::PolicySatisfied,
-                    "",
-                );
-                self.start_history();
-            }
+            Observation::VerificationSatisfied(e) => self.verification_satisfied(e),
             Observation::VerificationRefused { message } => {
-                if self.claim_type() != Some(OperationType::Verify) {
-                    return;
+                if self.claim_type() == Some(OperationType::Verify) {
+                    self.retire_plan(Reason::PolicyRefused);
+                    self.verification_refused(message);
                 }
-                self.st.active_operation = None;
-                self.cond(
-                    C::ArtifactVerified,
-                    ConditionStatus::False,
-                    Reason::PolicyRefused,
-                    message,
-                );
-                self.retire_plan(Reason::PolicyRefused);
-                self.block(Reason::PolicyRefused, message);
             }
             Observation::VerificationPolicyChanged => self.verification_policy_changed(),
             Observation::HistoryRead(reading) => self.history_read(reading),
@@ -989,11 +586,7 @@ impl Machine<'_> {
                     self.fx.push(Effect::RequeueAt(at));
                 }
             }
-            Observation::LeaseContinuityLost => {
-                if let Some(c) = self.st.active_operation.as_mut() {
-                    c.lease_continuity_lost = true;
-                }
-            }
+            Observation::LeaseContinuityLost => self.lease_continuity_lost(),
             Observation::RunEnded(report) => {
                 if self.apply_dispatched() {
                     self.run_ended(report);
@@ -1017,23 +610,12 @@ impl Machine<'_> {
                 Some(_) => self.read_failed(Reason::OperationFailed, "the Job was lost"),
             },
             Observation::Realm(verdict) => self.realm(*verdict),
-            Observation::EngineUnsupported => {
-                if self.st.active_operation.is_none() {
-                    self.block(
-                        Reason::UnsupportedEngine,
-                        "spec.target.engine is not supported",
-                    );
-                }
-            }
+            Observation::EngineUnsupported => self.engine_unsupported(),
             Observation::GenerationMoved => self.inputs_moved(InputMove::Generation),
             Observation::ExecutionBindingChanged(binding) => {
                 self.inputs_moved(InputMove::Execution(binding.clone()))
             }
-            Observation::ConfigurationError { message } => {
-                if self.st.active_operation.is_none() {
-                    self.fail_idle(Reason::ConfigurationError, message);
-                }
-            }
+            Observation::ConfigurationError { message } => self.configuration_error(message),
             Observation::Acknowledged(ack) => self.acknowledged(ack),
             Observation::RestoredFromAnnotation(copy) => self.restored(copy),
         }
@@ -1086,62 +668,6 @@ impl Machine<'_> {
                 true
             }
         }
-    }
-
-    /// Answers a read request; true when it decided the step.
-    fn read_request(&mut self) -> bool {
-        let Some(req) = read_request::unanswered(
-            self.annotation(READ_REQUESTED_AT),
-            self.st.last_read_request.as_deref(),
-        ) else {
-            return false;
-        };
-        let retry_due = self.due(self.st.next_reconciliation_time.as_ref());
-        let answer = read_request::decide_migration(
-            &req,
-            self.phase(),
-            self.blocked_reason(),
-            self.running(),
-            retry_due,
-        );
-        match answer {
-            Answer::Wait => false,
-            Answer::Invalid => {
-                self.st.last_read_request = Some(req.recorded.clone());
-                let message = common::invalid_read_request(&req.recorded);
-                self.event(true, Reason::ReadRequestInvalid, message);
-                false
-            }
-            Answer::Answer => {
-                self.st.last_read_request = Some(req.recorded);
-                self.st.next_reconciliation_time = Some(self.now.clone());
-                self.event(false, Reason::ReadRequested, "a read was requested");
-                self.requeue_now();
-                // A new resource, Pending and a Failed one whose retry starts
-                // start the read in this pass.
-                matches!(
-                    self.phase(),
-                    Some(P::InSync | P::Blocked | P::AwaitingApproval | P::Planning)
-                )
-            }
-            Answer::GiveWay => {
-                self.st.last_read_request = Some(req.recorded);
-                self.give_way();
-                true
-            }
-        }
-    }
-
-    /// A failed read retires its claim for a new Resolve.
-    fn give_way(&mut self) {
-        self.drop_claim();
-        self.event(
-            false,
-            Reason::ReadRestarted,
-            "a failed read gave way to a new Resolve",
-        );
-        self.st.next_reconciliation_time = Some(self.now.clone());
-        self.pending(Reason::ReadRestarted);
     }
 
     fn timers(&mut self) {
@@ -1273,36 +799,6 @@ impl Machine<'_> {
         }
     }
 
-    fn source_resolved(&mut self, src: &SourceStatus) {
-        if self.claim_type() != Some(OperationType::Resolve) {
-            return;
-        }
-        self.st.active_operation = None;
-        if self
-            .st
-            .source
-            .as_ref()
-            .is_some_and(|old| !common::same_source(old, src))
-        {
-            self.retire_plan(Reason::PlanNoLongerCurrent);
-        }
-        let (src, reason) = common::resolution(src, self.now);
-        let oci = src.kind == SourceKind::OCI;
-        let revision = src.revision.clone();
-        self.st.source = Some(src);
-        self.cond(
-            C::ArtifactResolved,
-            ConditionStatus::True,
-            reason,
-            &revision,
-        );
-        if oci {
-            self.start_verify();
-        } else {
-            self.start_history();
-        }
-    }
-
     fn source_changed(&mut self) {
         if self.source_kind() == Some(SourceKind::ConfigMap) {
             // The snapshot decides whether the selected files moved.
@@ -1355,22 +851,6 @@ impl Machine<'_> {
                 }
             }
         }
-    }
-
-    /// A read whose inputs moved: result discarded, Pending for one pass.
-    /// Between two failed attempts that is the read giving way, at once.
-    fn discard_read(&mut self) {
-        if matches!(self.running(), Running::ReadBetweenAttempts { .. }) {
-            self.give_way();
-            return;
-        }
-        self.drop_claim();
-        self.event(
-            false,
-            Reason::InputsChanged,
-            "inputs changed: the read's result is discarded",
-        );
-        self.pending(Reason::InputsChanged);
     }
 
     /// What the Apply claim rests on moved before any Job existed: it spent
@@ -1644,16 +1124,9 @@ impl Machine<'_> {
         if self.st.unresolved_run.is_some() {
             return;
         }
-        let Some(plan) = self.st.plan.clone() else {
+        let Some(c) = self.apply_claim(approval) else {
             return;
         };
-        let mut c = self.new_claim(OperationType::Apply, self.current_binding());
-        let bound = (
-            plan.name.as_str(),
-            plan.uid.as_str(),
-            plan.fingerprint.as_str(),
-        );
-        common::authorize(&mut c, bound, approval);
         self.claim(c);
         self.settle(P::Applying, Reason::ApplyPending, "");
     }
@@ -1683,23 +1156,6 @@ impl Machine<'_> {
         });
         self.st.active_operation = Some(c);
         self.settle(P::Applying, Reason::OperationInProgress, "");
-    }
-
-    fn read_failed(&mut self, reason: Reason, message: &str) {
-        let Some(mut c) = self.st.active_operation.clone() else {
-            return;
-        };
-        let mut e = common::operation_failed(c.type_, reason, self.now);
-        e.job_name = c.job_name.clone();
-        e.job_uid = c.job_uid.clone();
-        self.journal(e);
-        common::between_attempts(&mut c, common::plus(self.now, self.retry_interval()));
-        self.st.active_operation = Some(c);
-        self.report_failure(reason, message);
-        // It stays in its phase, Progressing with the reason, and runs again
-        // under the same claim.
-        let phase = self.phase().unwrap_or(P::Pending);
-        self.settle(phase, reason, message);
     }
 
     fn job_not_built(&mut self, reason: Reason, message: &str) {
@@ -1792,18 +1248,8 @@ impl Machine<'_> {
         // The run carried the plan out; it is current no more, and the
         // approval it spent authorizes nothing else.
         self.st.plan = None;
-        let mut e = JournalEntry::new(JournalEntryType::RunFinished, self.now.clone());
-        e.operation_id = Some(c.operation_id.clone());
-        e.plan_name = c.plan_name.clone();
-        e.plan_uid = c.plan_uid.clone();
-        e.plan_fingerprint = c.plan_fingerprint.clone();
-        e.authorization = c.authorization;
-        e.approval_name = c.approval_name.clone();
-        e.approval_uid = c.approval_uid.clone();
-        e.approver = c.approver.clone();
-        e.job_name = c.job_name.clone();
+        let mut e = common::apply_entry(JournalEntryType::RunFinished, &c, self.now);
         e.job_uid = job_uid.clone();
-        e.started_at = Some(c.started_at.clone());
         e.outcome = Some(journal_outcome(outcome));
         e.reason = Some(reason);
         e.applied_count = Some(i32::try_from(report.applied_versions.len()).unwrap_or(i32::MAX));
@@ -1875,19 +1321,6 @@ impl Machine<'_> {
                     "the run's outcome is not established: no Apply until a clean reading or an acknowledgment settles it",
                 );
             }
-        }
-    }
-
-    fn realm(&mut self, verdict: RealmVerdict) {
-        let blocked_by_realm = matches!(
-            self.blocked_reason(),
-            Some(Reason::RealmConflict | Reason::RealmNotAuthorized)
-        );
-        match verdict.refusal() {
-            None if blocked_by_realm => self.start_read(),
-            None => {}
-            Some(_) if self.st.active_operation.is_some() => {}
-            Some(reason) => self.block(reason, common::REALM_REFUSED),
         }
     }
 
@@ -2048,19 +1481,158 @@ impl Machine<'_> {
             self.fx.push(Effect::WriteUnresolvedAnnotation(hold));
         }
     }
+}
 
-    /// The next instant a timer of this status fires.
-    fn requeue(&mut self) {
-        if self.fx.iter().any(|e| matches!(e, Effect::RequeueAt(_))) {
+impl Machinery for Machine<'_> {
+    common::machinery! {
+        resource: m,
+        phase: P,
+        cond: C,
+        effect: Effect,
+        owner: OwnerKind::PtahMigration,
+        answers_in: read_request::MIGRATION_ANSWERS_IN,
+    }
+
+    /// Sets the phase, the kstatus trio and `Progressing`/`Blocked`.
+    fn settle(&mut self, phase: P, reason: Reason, message: &str) {
+        self.st.phase = Some(phase);
+        let resting = phase == P::Planning && reason == Reason::ApplyDisabled;
+        let health = match phase {
+            P::InSync => Health::Ready,
+            P::Blocked => Health::Stalled,
+            P::AwaitingApproval | P::Suspended => Health::Waiting,
+            _ if resting => Health::Waiting,
+            _ => Health::Progressing,
+        };
+        self.kstatus(health, reason, message);
+        // Something is coming: an operation, a published plan, an Apply, a
+        // run being confirmed.
+        let progressing = !matches!(phase, P::InSync | P::Blocked | P::Suspended) && !resting;
+        let s = if progressing {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        };
+        self.cond(C::Progressing, s, reason, message);
+        if phase == P::Blocked {
+            self.cond(C::Blocked, ConditionStatus::True, reason, message);
+        } else {
+            self.cond(C::Blocked, ConditionStatus::False, reason, "");
+        }
+    }
+
+    fn blocked_reason(&self) -> Option<Reason> {
+        if self.phase() != Some(P::Blocked) {
+            return None;
+        }
+        // `Blocked` keeps its reason while a ConfigMap read is taking its
+        // snapshot (which moves only the kstatus trio).
+        conditions::get(&self.st.conditions, C::Blocked)
+            .filter(|c| c.status == ConditionStatus::True)
+            .map(|c| c.reason)
+    }
+
+    fn running(&self) -> Running {
+        match self.claim_ref() {
+            None if self.phase() == Some(P::VerifyingHistory) => Running::ApplyOrProof,
+            None => Running::Nothing,
+            Some(c) if !is_read(c.type_) || self.proof_read() => Running::ApplyOrProof,
+            Some(c) if c.retry_not_before.is_some() && !c.dispatch_started => {
+                Running::ReadBetweenAttempts {
+                    retry_due: self.due(c.retry_not_before.as_ref()),
+                }
+            }
+            Some(_) => Running::ReadUnderWay,
+        }
+    }
+
+    /// Drops the claim, staging the release of any Lease it holds.
+    fn drop_claim(&mut self) -> Option<ActiveOperation> {
+        let claim = self.st.active_operation.take()?;
+        self.stage_release(&claim);
+        Some(claim)
+    }
+
+    /// Starts the read the interval starts: Resolve (a Job for Git and OCI;
+    /// the snapshot for a ConfigMap, which shows Reading, never Resolving).
+    fn start_read(&mut self) {
+        if self.m.spec.suspend {
+            self.enter_suspended();
             return;
         }
-        let at = common::next_timer(
-            self.st.active_operation.as_ref(),
-            self.phase() == Some(P::Suspended),
-            self.st.next_reconciliation_time.as_ref(),
+        self.st.next_reconciliation_time = None;
+        match self.source_kind() {
+            Some(SourceKind::ConfigMap) => {
+                // The phase moves with the snapshot's write.
+                self.fx.push(Effect::TakeSnapshot);
+                self.kstatus(Health::Progressing, Reason::Refreshing, "");
+            }
+            Some(_) => {
+                let claim = self.new_claim(OperationType::Resolve, None);
+                self.claim(claim);
+                self.settle(P::Resolving, Reason::OperationInProgress, "");
+            }
+            None => self.fail_idle(Reason::ConfigurationError, "spec.source selects no source"),
+        }
+    }
+
+    fn journal(&mut self, entry: JournalEntry) {
+        let pending = self.st.plan.as_ref().map(|p| p.uid.clone());
+        journal::append(
+            &mut self.st.journal,
+            &mut self.st.covered_since,
+            entry,
+            Kept {
+                pending_plan_uid: pending.as_deref(),
+            },
         );
-        if let Some(at) = at {
-            self.fx.push(Effect::RequeueAt(at));
+    }
+
+    /// Only an Apply takes the realm Lease: History mutates nothing.
+    fn takes_lease(op: OperationType) -> bool {
+        op == OperationType::Apply
+    }
+
+    fn read_failed(&mut self, reason: Reason, message: &str) {
+        let Some(mut c) = self.st.active_operation.clone() else {
+            return;
+        };
+        let mut e = common::operation_failed(c.type_, reason, self.now);
+        e.job_name = c.job_name.clone();
+        e.job_uid = c.job_uid.clone();
+        self.journal(e);
+        common::between_attempts(&mut c, common::plus(self.now, self.retry_interval()));
+        self.st.active_operation = Some(c);
+        self.report_failure(reason, message);
+        // It stays in its phase, Progressing with the reason, and runs again
+        // under the same claim.
+        let phase = self.phase().unwrap_or(P::Pending);
+        self.settle(phase, reason, message);
+    }
+
+    fn start_database_read(&mut self) {
+        self.start_history();
+    }
+
+    fn retire(&mut self, reason: Reason) {
+        self.retire_plan(reason);
+    }
+
+    fn plan_identity(&self) -> Option<(&str, &str, &str)> {
+        let p = self.st.plan.as_ref()?;
+        Some((p.name.as_str(), p.uid.as_str(), p.fingerprint.as_str()))
+    }
+
+    fn claim_inputs(&self) -> ClaimExtras<'_> {
+        ClaimExtras {
+            execution_epoch: self.st.execution_binding.as_ref().map(|e| e.epoch.clone()),
+            plan_fingerprint: self.st.plan.as_ref().map(|p| p.fingerprint.as_str()),
+            coordination_digest: self.coordination(),
+            target_identity_digest: self
+                .st
+                .history
+                .as_ref()
+                .and_then(|h| h.target_identity_digest.clone()),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! `migration.rs` maps each arrow to its test.
 
 use super::*;
+use crate::api::annotations::READ_REQUESTED_AT;
 use crate::lifecycle::test_support::{
     self as support, approval, at, binding, digest, doc_names_only_existing_tests, epoch, evidence,
     git_source, machine_drivers, person, set_annotation, true_reason,

@@ -157,17 +157,32 @@ pub fn blocked_reason_waits(reason: Reason) -> bool {
     )
 }
 
-/// Decides a schema's answer. `blocked_reason` is the reason a Blocked
+/// Where the resource is, in its family's phases, as [`decide`] reads it.
+pub struct Phases<'a, P> {
+    /// `status.phase`.
+    pub now: Option<P>,
+    /// The family's `Pending`.
+    pub pending: P,
+    /// The family's `Blocked`.
+    pub blocked: P,
+    /// The family's `Failed`.
+    pub failed: P,
+    /// The phases besides none and `Pending` that answer while nothing runs.
+    pub answers_in: &'a [P],
+}
+
+/// Decides either family's answer. `blocked_reason` is the reason a Blocked
 /// resource is blocked for; `retry_due` tells a Failed resource with no claim
 /// whether its retry starts now.
-pub fn decide_schema(
+pub fn decide<P: Copy + PartialEq>(
     request: &ReadRequest,
-    phase: Option<SchemaPhase>,
+    phases: &Phases<'_, P>,
     blocked_reason: Option<Reason>,
     running: Running,
     retry_due: bool,
 ) -> Answer {
-    if phase == Some(SchemaPhase::Blocked) && blocked_reason.is_some_and(blocked_reason_waits) {
+    let phase = phases.now;
+    if phase == Some(phases.blocked) && blocked_reason.is_some_and(blocked_reason_waits) {
         return Answer::Wait;
     }
     let invalid = request.instant.is_none();
@@ -178,14 +193,10 @@ pub fn decide_schema(
         Running::ReadBetweenAttempts { retry_due: false } => Answer::Wait,
         Running::Nothing => {
             let answers = match phase {
-                None
-                | Some(SchemaPhase::InSync)
-                | Some(SchemaPhase::Blocked)
-                | Some(SchemaPhase::ReadyToApply)
-                | Some(SchemaPhase::AwaitingApproval)
-                | Some(SchemaPhase::Pending) => true,
-                Some(SchemaPhase::Failed) => retry_due,
-                _ => false,
+                None => true,
+                Some(p) if p == phases.pending || phases.answers_in.contains(&p) => true,
+                Some(p) if p == phases.failed => retry_due,
+                Some(_) => false,
             };
             match (answers, invalid) {
                 (false, _) => Answer::Wait,
@@ -196,50 +207,45 @@ pub fn decide_schema(
     }
 }
 
-/// Decides a migration's answer, by the rules [`decide_schema`] follows: it
-/// answers in InSync, Blocked, AwaitingApproval and Planning (and before the
-/// first read, and in Pending); a Failed resource answers when its retry
-/// starts. `VerifyingHistory` owes the read that proves a run, which
-/// `running` reports as [`Running::ApplyOrProof`].
-pub fn decide_migration(
-    request: &ReadRequest,
-    phase: Option<MigrationPhase>,
-    blocked_reason: Option<Reason>,
-    running: Running,
-    retry_due: bool,
-) -> Answer {
-    if phase == Some(MigrationPhase::Blocked) && blocked_reason.is_some_and(blocked_reason_waits) {
-        return Answer::Wait;
-    }
-    let invalid = request.instant.is_none();
-    match running {
-        Running::ApplyOrProof | Running::ReadUnderWay => Answer::Wait,
-        Running::ReadBetweenAttempts { .. } if invalid => Answer::Invalid,
-        Running::ReadBetweenAttempts { retry_due: true } => Answer::GiveWay,
-        Running::ReadBetweenAttempts { retry_due: false } => Answer::Wait,
-        Running::Nothing => {
-            let answers = match phase {
-                None
-                | Some(MigrationPhase::InSync)
-                | Some(MigrationPhase::Blocked)
-                | Some(MigrationPhase::AwaitingApproval)
-                | Some(MigrationPhase::Planning)
-                | Some(MigrationPhase::Pending) => true,
-                Some(MigrationPhase::Failed) => retry_due,
-                _ => false,
-            };
-            match (answers, invalid) {
-                (false, _) => Answer::Wait,
-                (true, true) => Answer::Invalid,
-                (true, false) => Answer::Answer,
-            }
-        }
-    }
-}
+/// The phases besides none and `Pending` in which a schema answers.
+pub const SCHEMA_ANSWERS_IN: &[SchemaPhase] = &[
+    SchemaPhase::InSync,
+    SchemaPhase::Blocked,
+    SchemaPhase::ReadyToApply,
+    SchemaPhase::AwaitingApproval,
+];
+
+/// The phases besides none and `Pending` in which a migration answers.
+/// `VerifyingHistory` owes the read that proves a run, which `running`
+/// reports as [`Running::ApplyOrProof`].
+pub const MIGRATION_ANSWERS_IN: &[MigrationPhase] = &[
+    MigrationPhase::InSync,
+    MigrationPhase::Blocked,
+    MigrationPhase::AwaitingApproval,
+    MigrationPhase::Planning,
+];
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Decides a schema's answer ([`decide`] in the schema's phases).
+    fn decide_schema(
+        request: &ReadRequest,
+        phase: Option<SchemaPhase>,
+        blocked_reason: Option<Reason>,
+        running: Running,
+        retry_due: bool,
+    ) -> Answer {
+        let phases = Phases {
+            now: phase,
+            pending: SchemaPhase::Pending,
+            blocked: SchemaPhase::Blocked,
+            failed: SchemaPhase::Failed,
+            answers_in: SCHEMA_ANSWERS_IN,
+        };
+        decide(request, &phases, blocked_reason, running, retry_due)
+    }
 
     fn req(v: &str) -> ReadRequest {
         match unanswered(Some(v), None) {

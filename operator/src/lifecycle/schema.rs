@@ -144,11 +144,11 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::common::{self, ClaimInputs};
+use super::common::{self, ClaimExtras, InputMove, Machinery};
 use super::conditions::{self, Health};
 use super::journal::{self, Kept};
-use super::read_request::{self, Answer, Running};
-use crate::api::annotations::{READ_REQUESTED_AT, SETTLED_APPLY};
+use super::read_request::{self, Running};
+use crate::api::annotations::SETTLED_APPLY;
 use crate::api::common::{ApplyPolicy, DatabaseEngine};
 use crate::api::condition::{ConditionStatus, Reason, SchemaConditionType as C, SchemaPhase};
 use crate::api::journal::{JournalEntry, JournalEntryType, JournalOutcome};
@@ -156,105 +156,33 @@ use crate::api::schema::{
     AppliedStatus, ApplyOutcome, ConsumedApproval, PendingObservation, PtahSchema,
     PtahSchemaStatus, SchemaPlanSummary, TargetStatus,
 };
-use crate::api::source::{SourceKind, SourceStatus, VerificationEvidence};
-use crate::api::status::{
-    ActiveOperation, Authorization, ExecutionBinding, OperationType, PendingLockRelease,
-    SourceBinding,
-};
+use crate::api::source::{SourceKind, SourceStatus};
+use crate::api::status::{ActiveOperation, Authorization, OperationType, PendingLockRelease};
 use crate::protocol::naming::OwnerKind;
 
 // Both machines share these; the controller names them from here.
 pub use super::common::{ApprovalSeen, REALM_RECHECK, RealmVerdict, binding_of};
 
-/// What happened since the last step.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Observation {
-    /// A pass with nothing new: timers (interval, retry delay, the pass after
-    /// Pending), `spec.suspend` and a read request are looked at.
-    Pass,
-    /// The manager took the ConfigMap source's snapshot (Resolve, no Job).
-    SnapshotTaken(SourceStatus),
-    /// A Resolve Job pinned the Git commit or the OCI digest.
-    SourceResolved(SourceStatus),
-    /// The source was refused (the source policy, a Git host), the rule named.
-    SourceRefused {
-        /// The message naming the rule.
-        message: String,
-    },
-    /// An input of the source changed: the source ConfigMap or the source
-    /// policy. Read at once.
-    SourceChanged,
-    /// Verify accepted the artifact.
-    VerificationSatisfied(VerificationEvidence),
-    /// Verify refused the artifact.
-    VerificationRefused {
-        /// Why.
-        message: String,
-    },
-    /// The verification policy ConfigMap changed.
-    VerificationPolicyChanged,
-    /// An Observe Job's result: the bounded drift summary and the target it read.
-    DriftObserved(TargetStatus),
-    /// A Plan Job's result.
-    Planned(PlanVerdict),
-    /// A read's Job failed (or its result was refused).
-    JobFailed {
-        /// The reason of the failure.
-        reason: Reason,
-        /// A diagnostic.
-        message: String,
-    },
-    /// The claim's Job could not be built, or was held to its admission
-    /// snapshot: none exists.
-    JobNotBuilt {
-        /// `PodAdmissionRefused`, `ConfigurationError`, …
-        reason: Reason,
-        /// A diagnostic.
-        message: String,
-    },
-    /// The claim's dispatched Job is gone, or its result unreadable.
-    JobLost,
-    /// An Apply Job ended, whatever it reported.
-    ApplyEnded {
-        /// The runner reported success (still to be proved).
-        reported_success: bool,
-        /// The Job's UID.
-        job_uid: Option<String>,
-    },
-    /// An approval of some plan of this resource exists.
-    ApprovalExists(ApprovalSeen),
-    /// The approval the Apply claim names no longer exists.
-    ApprovalAbsent,
-    /// The claim's realm Lease was acquired with a new epoch.
-    LeaseAcquired {
-        /// The epoch.
-        epoch: String,
-        /// Its duration in seconds.
-        duration_seconds: i32,
-    },
-    /// The realm Lease is held by another holder, or was lost.
-    LeaseLost,
-    /// The persisted epoch no longer owns an uninterrupted lock interval.
-    LeaseContinuityLost,
-    /// The realm census's verdict.
-    Realm(RealmVerdict),
-    /// `spec.target.engine` is not one the operator implements.
-    EngineUnsupported,
-    /// `spec.suspend` changed.
-    SuspendChanged,
-    /// `metadata.generation` moved.
-    GenerationMoved,
-    /// The execution components changed: a new epoch.
-    ExecutionBindingChanged(ExecutionBinding),
-    /// The resource or something it names is misconfigured.
-    ConfigurationError {
-        /// Which field or rule.
-        message: String,
-    },
-    /// The read-request annotation changed.
-    ReadRequest,
-    /// The settled-apply annotation changed.
-    SettledApply,
+common::with_seen! {
+    /// What happened since the last step.
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum Observation {
+        /// An Observe Job's result: the bounded drift summary and the target it read.
+        DriftObserved(TargetStatus),
+        /// A Plan Job's result.
+        Planned(PlanVerdict),
+        /// An Apply Job ended, whatever it reported.
+        ApplyEnded {
+            /// The runner reported success (still to be proved).
+            reported_success: bool,
+            /// The Job's UID.
+            job_uid: Option<String>,
+        },
+        /// The read-request annotation changed.
+        ReadRequest,
+        /// The settled-apply annotation changed.
+        SettledApply,
+    }
 }
 
 /// A Plan Job's verdict.
@@ -280,58 +208,16 @@ pub enum PlanVerdict {
     LockLost,
 }
 
-/// What the controller performs after writing the status.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Effect {
-    /// Take the ConfigMap snapshot (a Resolve in the manager) and step again
-    /// with [`Observation::SnapshotTaken`].
-    TakeSnapshot,
-    /// Acquire the database-realm Lease for the claim and step again with
-    /// [`Observation::LeaseAcquired`] or [`Observation::LeaseLost`].
-    AcquireLease {
-        /// The claim.
-        operation_id: String,
-    },
-    /// Create the claim's Job (dispatch protocol: `dispatchStarted` is in the
-    /// status just written; one create; adopt by name).
-    StartJob {
-        /// The operation.
-        operation: OperationType,
-        /// The reserved name.
-        job_name: String,
-    },
-    /// Mark the plan published (current).
-    PublishPlan {
-        /// The plan's name.
-        name: String,
-    },
-    /// Retire the plan: it authorizes nothing any more.
-    RetirePlan {
-        /// The plan's name.
-        name: String,
-        /// Why.
-        reason: Reason,
-    },
-    /// Mark the approval consumed, at dispatch.
-    SpendApproval {
-        /// The approval's name.
-        name: String,
-        /// Its UID.
-        uid: String,
-    },
-    /// Release the Lease (also staged in `status.pendingLockRelease`).
-    ReleaseLease(PendingLockRelease),
-    /// Emit an Event.
-    Event {
-        /// A Warning rather than Normal.
-        warning: bool,
-        /// The reason.
-        reason: Reason,
-        /// The note.
-        message: String,
-    },
-    /// Step again no later than this instant.
-    RequeueAt(Time),
+common::with_shared! {
+    /// What the controller performs after writing the status.
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum Effect {
+        /// Mark the plan published (current).
+        PublishPlan {
+            /// The plan's name.
+            name: String,
+        },
+    }
 }
 
 /// The result of a step.
@@ -384,49 +270,6 @@ struct Machine<'a> {
 impl Machine<'_> {
     // ----- inputs -----------------------------------------------------------
 
-    fn generation(&self) -> Option<i64> {
-        self.schema.metadata.generation
-    }
-
-    fn name(&self) -> &str {
-        self.schema.metadata.name.as_deref().unwrap_or_default()
-    }
-
-    fn interval(&self) -> Duration {
-        common::interval(&self.schema.spec.interval)
-    }
-
-    fn retry_interval(&self) -> Duration {
-        common::retry_interval(&self.schema.spec.execution.failure_retry_interval)
-    }
-
-    fn source_kind(&self) -> Option<SourceKind> {
-        self.schema.spec.source.kind()
-    }
-
-    fn annotation(&self, key: &str) -> Option<&str> {
-        common::annotation(&self.schema.metadata, key)
-    }
-
-    fn due(&self, at: Option<&Time>) -> bool {
-        common::due(at, self.now)
-    }
-
-    fn phase(&self) -> Option<SchemaPhase> {
-        self.st.phase
-    }
-
-    fn blocked_reason(&self) -> Option<Reason> {
-        if self.phase() != Some(SchemaPhase::Blocked) {
-            return None;
-        }
-        conditions::get(&self.st.conditions, C::Stalled).map(|c| c.reason)
-    }
-
-    fn claim_type(&self) -> Option<OperationType> {
-        self.st.active_operation.as_ref().map(|c| c.type_)
-    }
-
     fn proof_owed(&self) -> bool {
         self.st.pending_observation.is_some()
     }
@@ -436,104 +279,7 @@ impl Machine<'_> {
         self.proof_owed() && self.claim_type().is_some_and(is_read)
     }
 
-    fn running(&self) -> Running {
-        match &self.st.active_operation {
-            None => Running::Nothing,
-            Some(c) if !is_read(c.type_) || self.proof_owed() => Running::ApplyOrProof,
-            Some(c) if c.retry_not_before.is_some() && !c.dispatch_started => {
-                Running::ReadBetweenAttempts {
-                    retry_due: self.due(c.retry_not_before.as_ref()),
-                }
-            }
-            Some(_) => Running::ReadUnderWay,
-        }
-    }
-
     // ----- outputs ----------------------------------------------------------
-
-    fn event(&mut self, warning: bool, reason: Reason, message: impl Into<String>) {
-        self.fx.push(Effect::Event {
-            warning,
-            reason,
-            message: message.into(),
-        });
-    }
-
-    /// The kstatus trio (`Ready`, `Reconciling`, `Stalled`) for `health`.
-    fn kstatus(&mut self, health: Health, reason: Reason, message: &str) {
-        let (g, now) = (self.generation(), self.now);
-        let trio = (C::Ready, C::Reconciling, C::Stalled);
-        conditions::set_kstatus(
-            &mut self.st.conditions,
-            trio,
-            health,
-            reason,
-            message,
-            g,
-            now,
-        );
-    }
-
-    /// `ReconciliationFailed` with the reason, and a Warning saying it.
-    fn report_failure(&mut self, reason: Reason, message: &str) {
-        self.cond(
-            C::ReconciliationFailed,
-            ConditionStatus::True,
-            reason,
-            message,
-        );
-        self.event(true, reason, message);
-    }
-
-    fn cond(&mut self, t: C, s: ConditionStatus, r: Reason, msg: &str) {
-        let g = self.generation();
-        conditions::set(&mut self.st.conditions, t, s, r, msg, g, self.now);
-    }
-
-    fn journal(&mut self, entry: JournalEntry) {
-        // An Apply that ended carried the plan out: its entries lose their hold.
-        let pending = self
-            .st
-            .plan
-            .as_ref()
-            .filter(|p| {
-                self.st
-                    .pending_observation
-                    .as_ref()
-                    .is_none_or(|o| o.plan_uid != p.uid)
-            })
-            .map(|p| p.uid.clone());
-        journal::append(
-            &mut self.st.journal,
-            &mut self.st.covered_since,
-            entry,
-            Kept {
-                pending_plan_uid: pending.as_deref(),
-            },
-        );
-    }
-
-    /// Sets the phase and the kstatus trio.
-    fn settle(&mut self, phase: SchemaPhase, reason: Reason, message: &str) {
-        self.st.phase = Some(phase);
-        let health = match phase {
-            SchemaPhase::InSync => Health::Ready,
-            SchemaPhase::Blocked => Health::Stalled,
-            SchemaPhase::AwaitingApproval | SchemaPhase::Suspended => Health::Waiting,
-            _ => Health::Progressing,
-        };
-        self.kstatus(health, reason, message);
-        let suspended = if phase == SchemaPhase::Suspended {
-            ConditionStatus::True
-        } else {
-            ConditionStatus::False
-        };
-        self.cond(C::Suspended, suspended, Reason::Suspended, "");
-    }
-
-    fn schedule_interval(&mut self) {
-        self.st.next_reconciliation_time = Some(common::plus(self.now, self.interval()));
-    }
 
     fn stage_release(&mut self, operation_id: &str, epoch: Option<String>, secs: Option<i32>) {
         if let Some(epoch) = epoch {
@@ -553,31 +299,6 @@ impl Machine<'_> {
             self.st.pending_lock_release = Some(release.clone());
             self.fx.push(Effect::ReleaseLease(release));
         }
-    }
-
-    /// Drops the claim, staging the release of any Lease it holds. An Apply
-    /// withdrawn before dispatch spent nothing: its plan keeps no approval.
-    fn drop_claim(&mut self) -> Option<ActiveOperation> {
-        let claim = self.st.active_operation.take()?;
-        if claim.type_ == OperationType::Apply && !claim.dispatch_started {
-            if let Some(plan) = self.st.plan.as_mut() {
-                plan.approval = None;
-            }
-            self.cond(
-                C::Applying,
-                ConditionStatus::False,
-                Reason::InputsChanged,
-                "",
-            );
-        }
-        if !self.proof_owed() || claim.type_ == OperationType::Apply {
-            self.stage_release(
-                &claim.operation_id,
-                claim.lease_epoch.clone(),
-                claim.lease_duration_seconds,
-            );
-        }
-        Some(claim)
     }
 
     fn retire_plan(&mut self, reason: Reason) -> Option<SchemaPlanSummary> {
@@ -600,105 +321,11 @@ impl Machine<'_> {
 
     // ----- claims -----------------------------------------------------------
 
-    fn new_claim(&self, op: OperationType, source: Option<SourceBinding>) -> ActiveOperation {
-        let target = self.st.target.as_ref();
-        common::new_claim(
-            ClaimInputs {
-                owner: OwnerKind::PtahSchema,
-                resource: self.name(),
-                uid: self.schema.metadata.uid.as_deref().unwrap_or_default(),
-                generation: self.generation(),
-                op,
-                source,
-                execution_epoch: self.st.execution_binding.as_ref().map(|e| e.epoch.clone()),
-                plan_fingerprint: self.st.plan.as_ref().map(|p| p.fingerprint.as_str()),
-                coordination_digest: target.and_then(|t| t.coordination_digest.clone()),
-                target_identity_digest: target.and_then(|t| t.identity_digest.clone()),
-            },
-            self.now,
-        )
-    }
-
-    /// Claims `op` and, unless it takes the realm Lease first, dispatches it.
-    fn claim(&mut self, mut claim: ActiveOperation) {
-        self.st.last_attempt_time = Some(self.now.clone());
-        let needs_lease = matches!(claim.type_, OperationType::Plan | OperationType::Apply)
-            && claim.lease_epoch.is_none();
-        if needs_lease {
-            self.fx.push(Effect::AcquireLease {
-                operation_id: claim.operation_id.clone(),
-            });
-        } else {
-            claim.dispatch_started = true;
-            self.fx.push(Effect::StartJob {
-                operation: claim.type_,
-                job_name: claim.job_name.clone().unwrap_or_default(),
-            });
-        }
-        self.st.active_operation = Some(claim);
-    }
-
-    fn current_binding(&self) -> Option<SourceBinding> {
-        self.st.source.as_ref().map(binding_of)
-    }
-
-    /// Starts the read the interval starts: Resolve (a Job for Git and OCI;
-    /// the snapshot for a ConfigMap, which shows Observing, never Resolving).
-    fn start_read(&mut self) {
-        if self.schema.spec.suspend {
-            self.settle(SchemaPhase::Suspended, Reason::Suspended, "spec.suspend");
-            return;
-        }
-        match self.source_kind() {
-            Some(SourceKind::ConfigMap) => {
-                // The phase moves with the snapshot's write; the conditions
-                // say now that work is under way for this generation.
-                self.fx.push(Effect::TakeSnapshot);
-                self.st.next_reconciliation_time = None;
-                self.kstatus(Health::Progressing, Reason::Refreshing, "");
-            }
-            Some(_) => {
-                let claim = self.new_claim(OperationType::Resolve, None);
-                self.claim(claim);
-                self.settle(SchemaPhase::Resolving, Reason::OperationInProgress, "");
-            }
-            None => self.fail_idle(Reason::ConfigurationError, "spec.source selects no source"),
-        }
-    }
-
     fn start_observe(&mut self, proof: bool) {
         let claim = self.new_claim(OperationType::Observe, self.current_binding());
         self.claim(claim);
         if !proof {
             self.settle(SchemaPhase::Observing, Reason::OperationInProgress, "");
-        }
-    }
-
-    fn start_verify(&mut self) {
-        let claim = self.new_claim(OperationType::Verify, self.current_binding());
-        self.claim(claim);
-        self.settle(SchemaPhase::Verifying, Reason::OperationInProgress, "");
-    }
-
-    fn fail_idle(&mut self, reason: Reason, message: &str) {
-        self.st.next_reconciliation_time = Some(common::plus(self.now, self.retry_interval()));
-        self.report_failure(reason, message);
-        self.settle(SchemaPhase::Failed, reason, message);
-    }
-
-    fn block(&mut self, reason: Reason, message: &str) {
-        if self.blocked_reason() != Some(reason) {
-            self.event(true, reason, message);
-        }
-        self.settle(SchemaPhase::Blocked, reason, message);
-        match reason {
-            Reason::RealmConflict | Reason::RealmNotAuthorized => {
-                let every = self.interval().min(REALM_RECHECK);
-                self.st.next_reconciliation_time = Some(common::plus(self.now, every));
-            }
-            Reason::UnsupportedEngine => self.st.next_reconciliation_time = None,
-            Reason::TargetIdentityChanged => {}
-            _ => self.schedule_interval(),
         }
     }
 
@@ -711,42 +338,13 @@ impl Machine<'_> {
             }
             Observation::SnapshotTaken(src) => self.snapshot_taken(src),
             Observation::SourceResolved(src) => self.source_resolved(src),
-            Observation::SourceRefused { message } => {
-                if self.claim_type() == Some(OperationType::Resolve) {
-                    self.read_failed(Reason::SourcePolicyRefused, message);
-                } else if self.st.active_operation.is_none() {
-                    self.fail_idle(Reason::SourcePolicyRefused, message);
-                }
-            }
+            Observation::SourceRefused { message } => self.source_refused(message),
             Observation::SourceChanged => self.source_changed(),
-            Observation::VerificationSatisfied(evidence) => {
-                if self.claim_type() != Some(OperationType::Verify) {
-                    return;
-                }
-                self.st.active_operation = None;
-                if let Some(src) = self.st.source.as_mut() {
-                    src.verification = Some(evidence.clone());
-                }
-                self.cond(
-                    C::ArtifactVerified,
-                    ConditionStatus::True,
-                    Reason::PolicySatisfied,
-                    "",
-                );
-                self.start_observe(false);
-            }
+            Observation::VerificationSatisfied(e) => self.verification_satisfied(e),
             Observation::VerificationRefused { message } => {
-                if self.claim_type() != Some(OperationType::Verify) {
-                    return;
+                if self.claim_type() == Some(OperationType::Verify) {
+                    self.verification_refused(message);
                 }
-                self.st.active_operation = None;
-                self.cond(
-                    C::ArtifactVerified,
-                    ConditionStatus::False,
-                    Reason::PolicyRefused,
-                    message,
-                );
-                self.block(Reason::PolicyRefused, message);
             }
             Observation::VerificationPolicyChanged => self.verification_policy_changed(),
             Observation::DriftObserved(target) => self.drift_observed(target),
@@ -796,35 +394,14 @@ impl Machine<'_> {
                 duration_seconds,
             } => self.lease_acquired(epoch, *duration_seconds),
             Observation::LeaseLost => self.lease_lost(),
-            Observation::LeaseContinuityLost => {
-                if let Some(c) = self.st.active_operation.as_mut() {
-                    c.lease_continuity_lost = true;
-                }
-            }
+            Observation::LeaseContinuityLost => self.lease_continuity_lost(),
             Observation::Realm(verdict) => self.realm(*verdict),
-            Observation::EngineUnsupported => {
-                if self.st.active_operation.is_none() {
-                    self.cond(
-                        C::EngineSupported,
-                        ConditionStatus::False,
-                        Reason::UnsupportedEngine,
-                        "",
-                    );
-                    self.block(
-                        Reason::UnsupportedEngine,
-                        "spec.target.engine is not supported",
-                    );
-                }
-            }
+            Observation::EngineUnsupported => self.engine_unsupported(),
             Observation::GenerationMoved => self.inputs_moved(InputMove::Generation),
             Observation::ExecutionBindingChanged(binding) => {
                 self.inputs_moved(InputMove::Execution(binding.clone()))
             }
-            Observation::ConfigurationError { message } => {
-                if self.st.active_operation.is_none() {
-                    self.fail_idle(Reason::ConfigurationError, message);
-                }
-            }
+            Observation::ConfigurationError { message } => self.configuration_error(message),
             Observation::SettledApply => self.settled_apply(),
         }
     }
@@ -883,66 +460,6 @@ impl Machine<'_> {
                 true
             }
         }
-    }
-
-    /// Answers a read request; true when it decided the step.
-    fn read_request(&mut self) -> bool {
-        let Some(req) = read_request::unanswered(
-            self.annotation(READ_REQUESTED_AT),
-            self.st.last_read_request.as_deref(),
-        ) else {
-            return false;
-        };
-        let retry_due = self.due(self.st.next_reconciliation_time.as_ref());
-        let answer = read_request::decide_schema(
-            &req,
-            self.phase(),
-            self.blocked_reason(),
-            self.running(),
-            retry_due,
-        );
-        match answer {
-            Answer::Wait => false,
-            Answer::Invalid => {
-                self.st.last_read_request = Some(req.recorded.clone());
-                let message = common::invalid_read_request(&req.recorded);
-                self.event(true, Reason::ReadRequestInvalid, message);
-                false
-            }
-            Answer::Answer => {
-                self.st.last_read_request = Some(req.recorded);
-                self.st.next_reconciliation_time = Some(self.now.clone());
-                self.event(false, Reason::ReadRequested, "a read was requested");
-                self.fx.push(Effect::RequeueAt(self.now.clone()));
-                // Pending, a new resource and a Failed one whose retry starts
-                // start the read in this pass.
-                matches!(
-                    self.phase(),
-                    Some(SchemaPhase::InSync)
-                        | Some(SchemaPhase::Blocked)
-                        | Some(SchemaPhase::ReadyToApply)
-                        | Some(SchemaPhase::AwaitingApproval)
-                )
-            }
-            Answer::GiveWay => {
-                self.st.last_read_request = Some(req.recorded);
-                self.give_way();
-                true
-            }
-        }
-    }
-
-    /// A failed read retires its claim for a new Resolve.
-    fn give_way(&mut self) {
-        self.drop_claim();
-        self.event(
-            false,
-            Reason::ReadRestarted,
-            "a failed read gave way to a new Resolve",
-        );
-        self.st.next_reconciliation_time = Some(self.now.clone());
-        self.fx.push(Effect::RequeueAt(self.now.clone()));
-        self.settle(SchemaPhase::Pending, Reason::ReadRestarted, "");
     }
 
     fn timers(&mut self) {
@@ -1036,30 +553,6 @@ impl Machine<'_> {
         self.schedule_interval();
     }
 
-    fn read_failed(&mut self, reason: Reason, message: &str) {
-        let Some(mut c) = self.st.active_operation.clone() else {
-            return;
-        };
-        let mut e = common::operation_failed(c.type_, reason, self.now);
-        e.job_name = c.job_name.clone();
-        e.job_uid = c.job_uid.clone();
-        self.journal(e);
-        // Between attempts a Plan holds no Lease; a proof keeps its own.
-        if c.type_ == OperationType::Plan && !self.proof_owed() {
-            self.stage_release(
-                &c.operation_id,
-                c.lease_epoch.take(),
-                c.lease_duration_seconds,
-            );
-        }
-        common::between_attempts(&mut c, common::plus(self.now, self.retry_interval()));
-        self.st.active_operation = Some(c);
-        self.report_failure(reason, message);
-        if self.blocked_reason() != Some(Reason::TargetIdentityChanged) {
-            self.settle(SchemaPhase::Failed, reason, message);
-        }
-    }
-
     fn job_not_built(&mut self, reason: Reason, message: &str) {
         let Some(mut c) = self.st.active_operation.clone() else {
             return;
@@ -1078,22 +571,6 @@ impl Machine<'_> {
         ));
         self.report_failure(reason, message);
         self.settle(SchemaPhase::Failed, reason, message);
-    }
-
-    fn realm(&mut self, verdict: RealmVerdict) {
-        let blocked_by_realm = matches!(
-            self.blocked_reason(),
-            Some(Reason::RealmConflict | Reason::RealmNotAuthorized)
-        );
-        match verdict.refusal() {
-            None if blocked_by_realm => {
-                self.st.next_reconciliation_time = None;
-                self.start_read();
-            }
-            None => {}
-            Some(_) if self.st.active_operation.is_some() || self.proof_owed() => {}
-            Some(reason) => self.block(reason, common::REALM_REFUSED),
-        }
     }
 
     fn inputs_moved(&mut self, what: InputMove) {
@@ -1154,26 +631,194 @@ impl Machine<'_> {
             }
         }
     }
-
-    /// The next instant a timer of this status fires.
-    fn requeue(&mut self) {
-        if self.fx.iter().any(|e| matches!(e, Effect::RequeueAt(_))) {
-            return;
-        }
-        let at = common::next_timer(
-            self.st.active_operation.as_ref(),
-            self.phase() == Some(SchemaPhase::Suspended),
-            self.st.next_reconciliation_time.as_ref(),
-        );
-        if let Some(at) = at {
-            self.fx.push(Effect::RequeueAt(at));
-        }
-    }
 }
 
-enum InputMove {
-    Generation,
-    Execution(ExecutionBinding),
+impl Machinery for Machine<'_> {
+    common::machinery! {
+        resource: schema,
+        phase: SchemaPhase,
+        cond: C,
+        effect: Effect,
+        owner: OwnerKind::PtahSchema,
+        answers_in: read_request::SCHEMA_ANSWERS_IN,
+    }
+
+    /// Sets the phase and the kstatus trio.
+    fn settle(&mut self, phase: SchemaPhase, reason: Reason, message: &str) {
+        self.st.phase = Some(phase);
+        let health = match phase {
+            SchemaPhase::InSync => Health::Ready,
+            SchemaPhase::Blocked => Health::Stalled,
+            SchemaPhase::AwaitingApproval | SchemaPhase::Suspended => Health::Waiting,
+            _ => Health::Progressing,
+        };
+        self.kstatus(health, reason, message);
+        let suspended = if phase == SchemaPhase::Suspended {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        };
+        self.cond(C::Suspended, suspended, Reason::Suspended, "");
+    }
+
+    fn blocked_reason(&self) -> Option<Reason> {
+        if self.phase() != Some(SchemaPhase::Blocked) {
+            return None;
+        }
+        conditions::get(&self.st.conditions, C::Stalled).map(|c| c.reason)
+    }
+
+    fn running(&self) -> Running {
+        match &self.st.active_operation {
+            None => Running::Nothing,
+            Some(c) if !is_read(c.type_) || self.proof_owed() => Running::ApplyOrProof,
+            Some(c) if c.retry_not_before.is_some() && !c.dispatch_started => {
+                Running::ReadBetweenAttempts {
+                    retry_due: self.due(c.retry_not_before.as_ref()),
+                }
+            }
+            Some(_) => Running::ReadUnderWay,
+        }
+    }
+
+    /// Drops the claim, staging the release of any Lease it holds. An Apply
+    /// withdrawn before dispatch spent nothing: its plan keeps no approval.
+    fn drop_claim(&mut self) -> Option<ActiveOperation> {
+        let claim = self.st.active_operation.take()?;
+        if claim.type_ == OperationType::Apply && !claim.dispatch_started {
+            if let Some(plan) = self.st.plan.as_mut() {
+                plan.approval = None;
+            }
+            self.cond(
+                C::Applying,
+                ConditionStatus::False,
+                Reason::InputsChanged,
+                "",
+            );
+        }
+        if !self.proof_owed() || claim.type_ == OperationType::Apply {
+            self.stage_release(
+                &claim.operation_id,
+                claim.lease_epoch.clone(),
+                claim.lease_duration_seconds,
+            );
+        }
+        Some(claim)
+    }
+
+    /// Starts the read the interval starts: Resolve (a Job for Git and OCI;
+    /// the snapshot for a ConfigMap, which shows Observing, never Resolving).
+    fn start_read(&mut self) {
+        if self.schema.spec.suspend {
+            self.settle(SchemaPhase::Suspended, Reason::Suspended, "spec.suspend");
+            return;
+        }
+        match self.source_kind() {
+            Some(SourceKind::ConfigMap) => {
+                // The phase moves with the snapshot's write; the conditions
+                // say now that work is under way for this generation.
+                self.fx.push(Effect::TakeSnapshot);
+                self.st.next_reconciliation_time = None;
+                self.kstatus(Health::Progressing, Reason::Refreshing, "");
+            }
+            Some(_) => {
+                let claim = self.new_claim(OperationType::Resolve, None);
+                self.claim(claim);
+                self.settle(SchemaPhase::Resolving, Reason::OperationInProgress, "");
+            }
+            None => self.fail_idle(Reason::ConfigurationError, "spec.source selects no source"),
+        }
+    }
+
+    fn journal(&mut self, entry: JournalEntry) {
+        // An Apply that ended carried the plan out: its entries lose their hold.
+        let pending = self
+            .st
+            .plan
+            .as_ref()
+            .filter(|p| {
+                self.st
+                    .pending_observation
+                    .as_ref()
+                    .is_none_or(|o| o.plan_uid != p.uid)
+            })
+            .map(|p| p.uid.clone());
+        journal::append(
+            &mut self.st.journal,
+            &mut self.st.covered_since,
+            entry,
+            Kept {
+                pending_plan_uid: pending.as_deref(),
+            },
+        );
+    }
+
+    /// Plan and Apply take the realm Lease; a proof's Plan runs under the
+    /// Apply's.
+    fn takes_lease(op: OperationType) -> bool {
+        matches!(op, OperationType::Plan | OperationType::Apply)
+    }
+
+    fn read_failed(&mut self, reason: Reason, message: &str) {
+        let Some(mut c) = self.st.active_operation.clone() else {
+            return;
+        };
+        let mut e = common::operation_failed(c.type_, reason, self.now);
+        e.job_name = c.job_name.clone();
+        e.job_uid = c.job_uid.clone();
+        self.journal(e);
+        // Between attempts a Plan holds no Lease; a proof keeps its own.
+        if c.type_ == OperationType::Plan && !self.proof_owed() {
+            self.stage_release(
+                &c.operation_id,
+                c.lease_epoch.take(),
+                c.lease_duration_seconds,
+            );
+        }
+        common::between_attempts(&mut c, common::plus(self.now, self.retry_interval()));
+        self.st.active_operation = Some(c);
+        self.report_failure(reason, message);
+        if self.blocked_reason() != Some(Reason::TargetIdentityChanged) {
+            self.settle(SchemaPhase::Failed, reason, message);
+        }
+    }
+
+    fn start_database_read(&mut self) {
+        self.start_observe(false);
+    }
+
+    fn engine_refused(&mut self) {
+        self.cond(
+            C::EngineSupported,
+            ConditionStatus::False,
+            Reason::UnsupportedEngine,
+            "",
+        );
+    }
+
+    fn retire(&mut self, reason: Reason) {
+        self.retire_plan(reason);
+    }
+
+    fn plan_identity(&self) -> Option<(&str, &str, &str)> {
+        let p = self.st.plan.as_ref()?;
+        Some((p.name.as_str(), p.uid.as_str(), p.fingerprint.as_str()))
+    }
+
+    fn claim_inputs(&self) -> ClaimExtras<'_> {
+        let target = self.st.target.as_ref();
+        ClaimExtras {
+            execution_epoch: self.st.execution_binding.as_ref().map(|e| e.epoch.clone()),
+            plan_fingerprint: self.st.plan.as_ref().map(|p| p.fingerprint.as_str()),
+            coordination_digest: target.and_then(|t| t.coordination_digest.clone()),
+            target_identity_digest: target.and_then(|t| t.identity_digest.clone()),
+        }
+    }
+
+    /// A proof owed is work a realm refusal leaves alone, as a claim is.
+    fn holds_work(&self) -> bool {
+        self.st.active_operation.is_some() || self.proof_owed()
+    }
 }
 
 /// The claim's deterministic Job name: the Job builder's, so the name the

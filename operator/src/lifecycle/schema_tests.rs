@@ -5,6 +5,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::api::annotations::READ_REQUESTED_AT;
 use crate::lifecycle::test_support::{
     self as support, approval, at, binding, digest, doc_names_only_existing_tests, epoch, evidence,
     git_source, machine_drivers, set_annotation, true_reason,

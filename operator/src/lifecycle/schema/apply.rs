@@ -22,16 +22,9 @@ impl Machine<'_> {
 
     /// Claims the Apply of the current plan: every gate holds.
     pub(super) fn claim_apply(&mut self, approval: Option<&ApprovalSeen>) {
-        let Some(plan) = self.st.plan.clone() else {
+        let Some(c) = self.apply_claim(approval) else {
             return;
         };
-        let mut c = self.new_claim(OperationType::Apply, self.current_binding());
-        let bound = (
-            plan.name.as_str(),
-            plan.uid.as_str(),
-            plan.fingerprint.as_str(),
-        );
-        common::authorize(&mut c, bound, approval);
         if let (Some(a), Some(p)) = (approval, self.st.plan.as_mut()) {
             p.approval = Some(ConsumedApproval {
                 name: a.name.clone(),
@@ -137,17 +130,8 @@ impl Machine<'_> {
             lease_duration_seconds: c.lease_duration_seconds,
             recorded_at: self.now.clone(),
         });
-        let mut e = JournalEntry::new(JournalEntryType::ApplyFinished, self.now.clone());
-        e.operation_id = Some(c.operation_id.clone());
-        e.plan_name = c.plan_name.clone();
-        e.plan_uid = c.plan_uid.clone();
-        e.plan_fingerprint = c.plan_fingerprint.clone();
-        e.authorization = c.authorization;
-        e.approval_name = c.approval_name.clone();
-        e.approval_uid = c.approval_uid.clone();
-        e.job_name = c.job_name.clone();
+        let mut e = common::apply_entry(JournalEntryType::ApplyFinished, &c, self.now);
         e.job_uid = job_uid;
-        e.started_at = Some(c.started_at.clone());
         e.outcome = Some(if reported_success {
             JournalOutcome::Succeeded
         } else {

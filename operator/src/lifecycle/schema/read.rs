@@ -60,36 +60,6 @@ impl Machine<'_> {
         self.start_observe(false);
     }
 
-    pub(super) fn source_resolved(&mut self, src: &SourceStatus) {
-        if self.claim_type() != Some(OperationType::Resolve) {
-            return;
-        }
-        self.st.active_operation = None;
-        if self
-            .st
-            .source
-            .as_ref()
-            .is_some_and(|old| !common::same_source(old, src))
-        {
-            self.retire_plan(Reason::PlanNoLongerCurrent);
-        }
-        let (src, reason) = common::resolution(src, self.now);
-        let oci = src.kind == SourceKind::OCI;
-        let revision = src.revision.clone();
-        self.st.source = Some(src);
-        self.cond(
-            C::ArtifactResolved,
-            ConditionStatus::True,
-            reason,
-            &revision,
-        );
-        if oci {
-            self.start_verify();
-        } else {
-            self.start_observe(false);
-        }
-    }
-
     pub(super) fn source_changed(&mut self) {
         if self.source_kind() == Some(SourceKind::ConfigMap) {
             // The snapshot decides whether the selected files moved.
@@ -121,24 +91,6 @@ impl Machine<'_> {
                 self.start_read();
             }
         }
-    }
-
-    /// A read whose inputs moved: result discarded, Pending for one pass.
-    /// Between two failed attempts, with no Job of its own, that is the read
-    /// giving way to a new Resolve (`ReadRestarted`), at once.
-    pub(super) fn discard_read(&mut self) {
-        if matches!(self.running(), Running::ReadBetweenAttempts { .. }) {
-            self.give_way();
-            return;
-        }
-        self.drop_claim();
-        self.event(
-            false,
-            Reason::InputsChanged,
-            "inputs changed: the read's result is discarded",
-        );
-        self.fx.push(Effect::RequeueAt(self.now.clone()));
-        self.settle(SchemaPhase::Pending, Reason::InputsChanged, "");
     }
 
     pub(super) fn verification_policy_changed(&mut self) {
