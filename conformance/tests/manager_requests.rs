@@ -62,11 +62,11 @@ fn events_since(harness: &Harness, offset: u64, ns: &str) -> anyhow::Result<Vec<
 
 fn verb_and_resource(e: &Value) -> (String, String, String) {
     let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    (
-        s(&e["verb"]),
-        s(&e["objectRef"]["resource"]),
-        s(&e["objectRef"]["name"]),
-    )
+    let mut resource = s(&e["objectRef"]["resource"]);
+    if let Some(sub) = e["objectRef"]["subresource"].as_str() {
+        resource = format!("{resource}/{sub}");
+    }
+    (s(&e["verb"]), resource, s(&e["objectRef"]["name"]))
 }
 
 /// `n` PtahSchemas on databases of their own that hold the declared table

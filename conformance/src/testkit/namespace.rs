@@ -255,19 +255,27 @@ impl Drop for TestNamespace {
     }
 }
 
-/// Removes every finalizer from the namespace's PtahSchemas (best effort).
+/// Removes every finalizer from the namespace's PtahSchemas and
+/// PtahMigrations (best effort): the manager holds one for each resource's
+/// life.
 async fn strip_finalizers(client: &Client, ns: &str) {
-    let gvk = kube::core::GroupVersionKind::gvk("operator.ptah.run", "v1alpha1", "PtahSchema");
-    let resource = kube::core::ApiResource::from_gvk_with_plural(&gvk, "ptahschemas");
-    let api: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
-    let Ok(list) = api.list(&Default::default()).await else {
-        return;
-    };
-    let patch = kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}}));
-    for s in list.items {
-        let name = kube::ResourceExt::name_any(&s);
-        let _ = api
-            .patch(&name, &kube::api::PatchParams::default(), &patch)
-            .await;
+    for (kind, plural) in [
+        ("PtahSchema", "ptahschemas"),
+        ("PtahMigration", "ptahmigrations"),
+    ] {
+        let gvk = kube::core::GroupVersionKind::gvk("operator.ptah.run", "v1alpha1", kind);
+        let resource = kube::core::ApiResource::from_gvk_with_plural(&gvk, plural);
+        let api: Api<kube::core::DynamicObject> =
+            Api::namespaced_with(client.clone(), ns, &resource);
+        let Ok(list) = api.list(&Default::default()).await else {
+            continue;
+        };
+        let patch = kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}}));
+        for s in list.items {
+            let name = kube::ResourceExt::name_any(&s);
+            let _ = api
+                .patch(&name, &kube::api::PatchParams::default(), &patch)
+                .await;
+        }
     }
 }

@@ -34,8 +34,11 @@ pub struct Pass<'a, F: Family> {
     pub api: Api<F>,
     /// The resource's namespace.
     pub ns: String,
-    /// The resource as last stored.
+    /// The resource as last stored, with the status of the last step
+    /// (written when an effect needs it stored, and at the end of the pass).
     pub obj: F,
+    /// `obj`'s status differs from what is stored in a way worth a write.
+    pub(super) unwritten: bool,
     /// When the next pass is due.
     pub requeue: Requeue,
     /// This pass read the outcome of a Job of this operation.
@@ -89,6 +92,8 @@ pub trait Family:
     fn step(&self, o: &Self::Observation, now: &Time) -> (Self::Status, Vec<Self::Effect>);
     /// The effect in the words both families share, or itself.
     fn shared(e: Self::Effect) -> Result<Shared, Self::Effect>;
+    /// Whether the effect may be performed only once its status is stored.
+    fn needs_stored_status(e: &Self::Effect) -> bool;
     /// Whether the effect is performed before the status that asks it.
     fn precedes_status(_e: &Self::Effect) -> bool {
         false
@@ -220,6 +225,9 @@ macro_rules! family_fields {
 
         fn shared(e: Self::Effect) -> Result<$crate::lifecycle::common::Shared, Self::Effect> {
             e.shared()
+        }
+        fn needs_stored_status(e: &Self::Effect) -> bool {
+            e.needs_stored_status()
         }
 
         fn store(s: &super::Stores) -> &kube::runtime::reflector::Store<Self> {

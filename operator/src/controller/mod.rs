@@ -57,7 +57,8 @@ pub enum FaultPoint {
     AfterClaim,
     /// The Job is created; its UID is not recorded.
     AfterJobCreate,
-    /// The Job's UID is recorded on the claim.
+    /// The Job's UID is recorded on an Apply's claim (a read's create has
+    /// returned: its UID comes with its result).
     AfterJobUid,
     /// The harvested outcome is written; the Job is not yet given its TTL.
     AfterOutcome,

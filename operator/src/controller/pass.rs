@@ -1,9 +1,12 @@
 //! One pass over a resource of either family: read what changed, step the
 //! pure machine once per observation, and around each step perform its
-//! effects: those that precede the status, the status write (claim,
-//! journal, conditions in one write), then the rest, whose follow-ups are
-//! stepped before anything gathered later. The loop is [`drive`]; what
-//! differs between the families is behind [`Family`].
+//! effects: those that precede the status, then the rest, whose follow-ups
+//! are stepped before anything gathered later. The status (claim, journal,
+//! conditions in one write) is written before every effect that needs it
+//! stored and at the end of the pass: steps whose effects need nothing
+//! stored (a snapshot taken, a Lease acquired, an Event) share the write of
+//! the step that follows them. The loop is [`drive`]; what differs between
+//! the families is behind [`Family`].
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -45,10 +48,15 @@ pub trait Driver: Send {
     fn step(&mut self, o: &Self::Observation) -> (Self::Status, Vec<Self::Effect>);
     /// Whether the effect is performed before the status that asks it.
     fn precedes_status(e: &Self::Effect) -> bool;
+    /// Whether the effect may be performed only once the status that asks
+    /// it is stored (a Job create after its claim); the others go first.
+    fn needs_stored_status(e: &Self::Effect) -> bool;
     /// Performs an effect that precedes the status.
     fn before_status(&mut self, e: Self::Effect) -> impl Future<Output = Result<(), Error>> + Send;
-    /// Writes the status.
-    fn write(&mut self, st: Self::Status) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Makes `st` the status the next step and effect see.
+    fn stage(&mut self, st: Self::Status);
+    /// Writes the staged status, if it differs from what is stored.
+    fn flush(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
     /// Performs an effect after the status; answers its follow-ups.
     fn perform(
         &mut self,
@@ -79,9 +87,12 @@ pub async fn drive<D: Driver>(
         for e in before {
             d.before_status(e).await?;
         }
-        d.write(status).await?;
+        d.stage(status);
         let mut follow = Vec::new();
         for e in after {
+            if D::needs_stored_status(&e) {
+                d.flush().await?;
+            }
             follow.extend(d.perform(e).await?);
         }
         // Follow-ups answer this step's effects: they come first.
@@ -89,7 +100,7 @@ pub async fn drive<D: Driver>(
             queue.push_front(f);
         }
     }
-    Ok(())
+    d.flush().await
 }
 
 /// How logs and the backoff name an object: `Kind namespace/name`.
@@ -137,6 +148,7 @@ async fn reconcile_once<F: Family>(obj: &F, ctx: &Context) -> Result<Action, Err
         harvested: None,
         plans_moved: false,
         snapshot_taken: false,
+        unwritten: false,
     };
     let result = pass.run().await;
     let meta = pass.obj.meta();
@@ -156,6 +168,7 @@ impl<F: Family> Driver for Pass<'_, F> {
         let st = self.obj.status_mut().get_or_insert_with(Default::default);
         if st.execution_binding().is_none() {
             *st.execution_binding_mut() = Some(binding);
+            self.unwritten = true;
         }
         F::prepare(self);
         let stepped = self.obj.step(o, &runtime::now());
@@ -167,12 +180,20 @@ impl<F: Family> Driver for Pass<'_, F> {
         F::precedes_status(e)
     }
 
+    fn needs_stored_status(e: &F::Effect) -> bool {
+        F::needs_stored_status(e)
+    }
+
     async fn before_status(&mut self, e: F::Effect) -> Result<(), Error> {
         F::perform_before(self, e).await
     }
 
-    async fn write(&mut self, st: F::Status) -> Result<(), Error> {
-        Pass::write(self, st).await
+    fn stage(&mut self, st: F::Status) {
+        Pass::stage(self, st)
+    }
+
+    async fn flush(&mut self) -> Result<(), Error> {
+        Pass::flush(self).await
     }
 
     async fn perform(&mut self, e: F::Effect) -> Result<Vec<F::Observation>, Error> {
@@ -217,9 +238,10 @@ impl<F: Family> Pass<'_, F> {
         let gathered = self.gather().await?;
         drive(self, gathered, Seen::Pass.into()).await?;
         self.cleanup().await?;
-        let want = self.in_flight();
+        // The finalizer stays for the resource's life: held only while
+        // something was in flight, it cost two writes every read cycle.
         if let Some(stored) =
-            runtime::set_finalizer(&self.api, &self.obj, F::FINALIZER, want).await?
+            runtime::set_finalizer(&self.api, &self.obj, F::FINALIZER, true).await?
         {
             self.obj = stored;
         }
@@ -227,19 +249,34 @@ impl<F: Family> Pass<'_, F> {
         Ok(std::mem::take(&mut self.requeue).action(claim.as_ref()))
     }
 
-    /// Writes the status, guarded by the resourceVersion read: a concurrent
-    /// write fails the pass, which starts again from what is stored.
-    pub async fn write(&mut self, status: F::Status) -> Result<(), Error> {
-        if self.obj.status() == Some(&status) {
+    /// Makes `status` the one the next step sees, to be written by the next
+    /// [`Pass::flush`].
+    pub fn stage(&mut self, status: F::Status) {
+        if self.obj.status() != Some(&status) {
+            *self.obj.status_mut() = Some(status);
+            self.unwritten = true;
+        }
+    }
+
+    /// Writes the staged status, guarded by the resourceVersion read: a
+    /// concurrent write fails the pass, which starts again from what is
+    /// stored.
+    pub async fn flush(&mut self) -> Result<(), Error> {
+        if !std::mem::take(&mut self.unwritten) {
             return Ok(());
         }
-        let mut next = self.obj.clone();
-        *next.status_mut() = Some(status);
-        self.obj = runtime::write_status(&self.api, &next).await?;
+        self.obj = runtime::write_status(&self.api, &self.obj).await?;
         Ok(())
     }
 
-    /// Edits the status outside the machine (the Job's UID, a released Lease).
+    /// Writes `status` now.
+    pub async fn write(&mut self, status: F::Status) -> Result<(), Error> {
+        self.stage(status);
+        self.flush().await
+    }
+
+    /// Edits the status outside the machine (an Apply Job's UID) and writes
+    /// it.
     pub async fn edit_status(&mut self, f: impl FnOnce(&mut F::Status)) -> Result<(), Error> {
         let mut st = self.status();
         f(&mut st);
@@ -317,13 +354,14 @@ impl<F: Family> Pass<'_, F> {
         if let (Some(epoch), Some(digest)) = (&c.lease_epoch, &c.coordination_digest)
             && !c.lease_continuity_lost
         {
-            // Before any result is harvested, the Lease is renewed in full;
-            // while the Job runs, a recent renewal of ours stands.
+            // Before any result is harvested, the Lease is read and must
+            // still carry the epoch (renewed too, unless ours is recent);
+            // while the Job runs, a recent renewal of ours stands unread.
             let holder = F::lease_holder(st, &c);
             let leases = &self.ctx.leases;
             let continuity = match job {
                 ClaimJob::Running(_) => leases.renew_if_due(digest, holder, epoch).await?,
-                _ => leases.renew(digest, holder, epoch).await?,
+                _ => leases.verify(digest, holder, epoch).await?,
             };
             if continuity == Continuity::Lost {
                 obs.push(Seen::LeaseContinuityLost.into());
@@ -331,12 +369,12 @@ impl<F: Family> Pass<'_, F> {
         }
         match job {
             ClaimJob::Running(uid) => {
-                if c.job_uid.is_none() {
+                if c.job_uid.is_none() && c.type_ == OperationType::Apply {
                     self.record_job_uid(&c, uid).await?;
                 }
             }
             ClaimJob::Ended(j) => {
-                if c.job_uid.is_none() {
+                if c.job_uid.is_none() && c.type_ == OperationType::Apply {
                     self.record_job_uid(&c, j.metadata.uid.clone()).await?;
                 }
                 obs.push(self.harvest(&c, Some(&j)).await?);
@@ -547,14 +585,17 @@ impl<F: Family> Pass<'_, F> {
     }
 
     /// Releases a staged Lease, then clears the stage.
+    /// Releases a staged Lease. Status forgets the release with its next
+    /// write, not with one of its own: until then a pass releases it again,
+    /// which finds the epoch gone and writes nothing.
     async fn release(&mut self, release: &PendingLockRelease) -> Result<(), Error> {
         self.ctx.leases.release(release).await?;
-        self.edit_status(|st| {
-            if st.pending_lock_release() == Some(release) {
-                *st.pending_lock_release_mut() = None;
-            }
-        })
-        .await
+        if let Some(st) = self.obj.status_mut()
+            && st.pending_lock_release() == Some(release)
+        {
+            *st.pending_lock_release_mut() = None;
+        }
+        Ok(())
     }
 
     /// The one Job create of a claim whose `dispatchStarted` is written.
@@ -568,7 +609,13 @@ impl<F: Family> Pass<'_, F> {
                     Some(Seen::JobNotBuilt { reason, message }.into())
                 }
                 Dispatch::Created(uid) => {
-                    self.record_job_uid(c, uid).await?;
+                    // A mutation's Job must be told from any other of its
+                    // name before anything else happens; a read's result is
+                    // bound to its Job by the receiver, and its claim ends
+                    // with the harvest.
+                    if c.type_ == OperationType::Apply {
+                        self.record_job_uid(c, uid).await?;
+                    }
                     self.ctx.fault(FaultPoint::AfterJobUid, c.type_);
                     None
                 }
@@ -646,13 +693,6 @@ impl<F: Family> Pass<'_, F> {
 
     // ----- the finalizer --------------------------------------------------------
 
-    /// Something may still be in flight: a claim, a proof owed, a Lease to
-    /// release.
-    fn in_flight(&self) -> bool {
-        let st = self.status();
-        st.active_operation().is_some() || st.pending_lock_release().is_some() || F::proof_owed(&st)
-    }
-
     /// Deletion waits for a dispatched Apply or a proof's Job to end (the
     /// database must not be left in a state nothing recorded), then releases
     /// the Lease and lets the garbage collector take the rest.
@@ -685,11 +725,12 @@ mod tests {
     use super::*;
 
     /// An effect of the fake machine: its name, whether it precedes the
-    /// status, and the follow-ups performing it answers.
+    /// status or needs it stored, and the follow-ups performing it answers.
     #[derive(Clone, Debug)]
     struct Fx {
         name: &'static str,
         before: bool,
+        stored: bool,
         follow: Vec<&'static str>,
     }
 
@@ -697,17 +738,28 @@ mod tests {
         Fx {
             name,
             before: false,
+            stored: true,
             follow: follow.to_vec(),
         }
     }
 
+    /// An effect that needs nothing stored.
+    fn unstored(name: &'static str, follow: &[&'static str]) -> Fx {
+        Fx {
+            stored: false,
+            ..fx(name, follow)
+        }
+    }
+
     /// A machine whose steps are scripted by observation, recording every
-    /// call of the loop in order; no API server.
+    /// call of the loop in order; no API server. Its status is the name of
+    /// the step that staged it.
     #[derive(Default)]
     struct Fake {
         script: HashMap<&'static str, Vec<Fx>>,
         log: Vec<String>,
         fail_write_of: Option<&'static str>,
+        staged: Option<&'static str>,
         again: bool,
     }
 
@@ -725,12 +777,23 @@ mod tests {
             e.before
         }
 
+        fn needs_stored_status(e: &Fx) -> bool {
+            e.stored
+        }
+
         async fn before_status(&mut self, e: Fx) -> Result<(), Error> {
             self.log.push(format!("before {}", e.name));
             Ok(())
         }
 
-        async fn write(&mut self, st: &'static str) -> Result<(), Error> {
+        fn stage(&mut self, st: &'static str) {
+            self.staged = Some(st);
+        }
+
+        async fn flush(&mut self) -> Result<(), Error> {
+            let Some(st) = self.staged.take() else {
+                return Ok(());
+            };
             self.log.push(format!("write {st}"));
             if self.fail_write_of == Some(st) {
                 return Err(Error::NotStored(st.into()));
@@ -756,7 +819,7 @@ mod tests {
             ..fx("annotate", &[])
         };
         d.script
-            .insert("ran", vec![fx("event", &[]), copy, fx("release", &[])]);
+            .insert("ran", vec![fx("release", &[]), copy, fx("job", &[])]);
         block_on(drive(&mut d, vec!["ran"], "pass")).unwrap();
         assert_eq!(
             d.log,
@@ -764,8 +827,8 @@ mod tests {
                 "step ran",
                 "before annotate",
                 "write ran",
-                "perform event",
                 "perform release",
+                "perform job",
                 "step pass",
                 "write pass",
             ]
@@ -790,6 +853,44 @@ mod tests {
         assert_eq!(
             steps,
             ["claimed", "leased", "created", "taken", "gathered", "pass"]
+        );
+    }
+
+    #[test]
+    fn steps_whose_effects_need_nothing_stored_share_the_next_write() {
+        let mut d = Fake::default();
+        // Pass → snapshot taken → claim written before its Job: one write.
+        d.script
+            .insert("pass", vec![unstored("snapshot", &["taken"])]);
+        d.script.insert(
+            "taken",
+            vec![unstored("event", &[]), fx("job", &["created"])],
+        );
+        block_on(drive(&mut d, vec![], "pass")).unwrap();
+        assert_eq!(
+            d.log,
+            [
+                "step pass",
+                "perform snapshot",
+                "step taken",
+                "perform event",
+                "write taken",
+                "perform job",
+                "step created",
+                "write created",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pass_whose_steps_need_nothing_stored_still_writes_its_last_status() {
+        let mut d = Fake::default();
+        d.script
+            .insert("pass", vec![unstored("lease", &["leased"])]);
+        block_on(drive(&mut d, vec![], "pass")).unwrap();
+        assert_eq!(
+            d.log,
+            ["step pass", "perform lease", "step leased", "write leased"]
         );
     }
 

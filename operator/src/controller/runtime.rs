@@ -493,7 +493,9 @@ where
     K: Resource<DynamicType = ()>,
 {
     if let Ok(owner) = snapshot::Owner::of(owner) {
-        snapshot::collect_snapshots(&ctx.client, &owner, named)
+        let ns = owner.namespace.clone();
+        let candidates = config_maps_in(ctx, &ns);
+        snapshot::collect_snapshots_among(&ctx.client, &owner, named, candidates)
             .await
             .map_err(kube_err("collecting snapshots"))?;
     }
@@ -552,10 +554,28 @@ pub async fn sweep(
         if let Some(op) = op
             && claim.is_none_or(|c| c.operation_id != op)
         {
-            receiver::discard(&ctx.client, ns, &op).await?;
+            let attempt = job
+                .annotations()
+                .get(crate::api::annotations::ANNOTATION_ATTEMPT)
+                .and_then(|a| a.parse().ok());
+            let candidates = config_maps_in(ctx, ns);
+            receiver::discard_among(&ctx.client, ns, &op, attempt, candidates).await?;
         }
     }
     Ok(())
+}
+
+/// The metadata of the ConfigMaps in `ns`, from the manager's store.
+fn config_maps_in(
+    ctx: &Context,
+    ns: &str,
+) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta> {
+    ctx.stores()
+        .config_maps
+        .state_filter(|cm| cm.metadata.namespace.as_deref() == Some(ns))
+        .into_iter()
+        .map(|cm| cm.metadata.clone())
+        .collect()
 }
 
 /// A delete or patch of what is already gone did what it meant to.

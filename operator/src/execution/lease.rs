@@ -250,7 +250,7 @@ impl Leases {
     /// [`Leases::renew`], unless this process wrote the Lease under `epoch`
     /// for the operation within a third of its duration: then `Held` without
     /// a request (a pass while the claim's Job runs; the pass that harvests
-    /// renews in full).
+    /// reads it: [`Leases::verify`]).
     pub async fn renew_if_due(
         &self,
         coordination_digest: &str,
@@ -470,7 +470,28 @@ impl Leases {
         epoch: &str,
     ) -> Result<Continuity, LeaseError> {
         let continuity = self
-            .renew_once(coordination_digest, operation_id, epoch)
+            .renew_once(coordination_digest, operation_id, epoch, true)
+            .await?;
+        if continuity == Continuity::Lost {
+            self.forget_ours(&lease_name(coordination_digest));
+        }
+        Ok(continuity)
+    }
+
+    /// Before a result is harvested: the Lease, read now, must still carry
+    /// `epoch`, this holder and the operation, and must not have lapsed
+    /// (`Lost` otherwise, as [`Leases::renew`]). It is renewed as well
+    /// unless this process wrote it within a third of its duration: an
+    /// operation that ends soon after its acquisition writes nothing more.
+    pub async fn verify(
+        &self,
+        coordination_digest: &str,
+        operation_id: &str,
+        epoch: &str,
+    ) -> Result<Continuity, LeaseError> {
+        let fresh = self.fresh(&lease_name(coordination_digest), operation_id, epoch);
+        let continuity = self
+            .renew_once(coordination_digest, operation_id, epoch, !fresh)
             .await?;
         if continuity == Continuity::Lost {
             self.forget_ours(&lease_name(coordination_digest));
@@ -483,6 +504,7 @@ impl Leases {
         coordination_digest: &str,
         operation_id: &str,
         epoch: &str,
+        write: bool,
     ) -> Result<Continuity, LeaseError> {
         let name = lease_name(coordination_digest);
         for _ in 0..WRITE_ATTEMPTS {
@@ -513,6 +535,9 @@ impl Leases {
             };
             if lapsed {
                 return Ok(Continuity::Lost);
+            }
+            if !write {
+                return Ok(Continuity::Held);
             }
             spec.renew_time = Some(MicroTime(now));
             let duration = spec.lease_duration_seconds.unwrap_or(0);

@@ -536,20 +536,43 @@ pub async fn collect_snapshots(
     still_named: &[String],
 ) -> Result<Vec<String>, kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &owner.namespace);
-    let keep: BTreeSet<&str> = still_named.iter().map(String::as_str).collect();
     let owned = api
-        .list(&ListParams::default().labels(&format!("{LABEL_OWNER_UID}={}", owner.uid)))
+        .list_metadata(&ListParams::default().labels(&format!("{LABEL_OWNER_UID}={}", owner.uid)))
         .await?;
+    let owned = owned.items.into_iter().map(|m| m.metadata);
+    collect_snapshots_among(client, owner, still_named, owned).await
+}
+
+/// [`collect_snapshots`] among `candidates`, the metadata of ConfigMaps in
+/// the owner's namespace (a watch's store, rather than a LIST).
+pub async fn collect_snapshots_among(
+    client: &Client,
+    owner: &Owner,
+    still_named: &[String],
+    candidates: impl IntoIterator<Item = ObjectMeta>,
+) -> Result<Vec<String>, kube::Error> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &owner.namespace);
+    let keep: BTreeSet<&str> = still_named.iter().map(String::as_str).collect();
     let mut deleted = Vec::new();
-    for cm in owned {
-        let name = cm.name_any();
-        if !name.starts_with(NAME_PREFIX) || !owner.owns(&cm) || keep.contains(name.as_str()) {
+    for meta in candidates {
+        let name = meta.name.clone().unwrap_or_default();
+        let labelled = meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_OWNER_UID))
+            .is_some_and(|uid| *uid == owner.uid);
+        let owned = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.uid == owner.uid);
+        if !labelled || !name.starts_with(NAME_PREFIX) || !owned || keep.contains(name.as_str()) {
             continue;
         }
         // Only the object listed: one recreated meanwhile is left alone.
         let params = DeleteParams {
             preconditions: Some(Preconditions {
-                uid: cm.metadata.uid.clone(),
+                uid: meta.uid.clone(),
                 resource_version: None,
             }),
             ..DeleteParams::background()

@@ -710,6 +710,22 @@ macro_rules! shared_words {
         }
 
         impl $fx {
+            /// Whether the controller may perform this effect only once the
+            /// status that asks it is stored. A snapshot (named by its
+            /// content), a Lease acquisition (a Lease no claim records is
+            /// taken over after its duration), an Event and a requeue need
+            /// nothing stored: the status that follows them carries what
+            /// they did. Everything else follows its status.
+            pub fn needs_stored_status(&self) -> bool {
+                !matches!(
+                    self,
+                    $fx::TakeSnapshot
+                        | $fx::AcquireLease { .. }
+                        | $fx::Event { .. }
+                        | $fx::RequeueAt(_)
+                )
+            }
+
             /// This effect in the words both families share, or itself when
             /// it is the family's own.
             #[allow(

@@ -271,19 +271,42 @@ pub async fn discard(
         .list_metadata(&ListParams::default().labels(&selector))
         .await
         .map_err(api_error(format!("listing results in {namespace}")))?;
-    for cm in list.items {
-        // The label holds a prefix only: the annotation decides.
-        let full = cm
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANNOTATION_OPERATION_ID));
-        if full.map(String::as_str) != Some(operation_id) {
-            continue;
-        }
-        let Some(name) = cm.metadata.name else {
-            continue;
-        };
+    let candidates = list.items.into_iter().map(|m| m.metadata);
+    discard_among(client, namespace, operation_id, None, candidates).await
+}
+
+/// Whether `meta` is a stored result (or a chunk of one) of the operation.
+pub fn is_result_of(meta: &ObjectMeta, operation_id: &str) -> bool {
+    let labels = meta.labels.as_ref();
+    let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    // The label holds a prefix only: the annotation decides.
+    let full = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_OPERATION_ID));
+    label(LABEL_MANAGED_BY) == Some(MANAGED_BY)
+        && label(LABEL_COMPONENT) == Some(RESULT_COMPONENT)
+        && full.map(String::as_str) == Some(operation_id)
+}
+
+/// [`discard`] among `candidates`, the metadata of ConfigMaps in the
+/// namespace (a watch's store, rather than a LIST), and the result of
+/// `attempt` by its name, in case the store has not seen it yet.
+pub async fn discard_among(
+    client: &Client,
+    namespace: &str,
+    operation_id: &str,
+    attempt: Option<i32>,
+    candidates: impl IntoIterator<Item = ObjectMeta>,
+) -> Result<(), ReceiverError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let named = attempt.and_then(|a| result_name(operation_id, a));
+    let seen = candidates
+        .into_iter()
+        .filter(|meta| is_result_of(meta, operation_id))
+        .filter_map(|meta| meta.name)
+        .filter(|name| Some(name) != named.as_ref());
+    for name in named.clone().into_iter().chain(seen) {
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
