@@ -12,21 +12,16 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
-};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use conformance::harness::Harness;
+use conformance::testkit::admission::Webhooks;
 use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
-use conformance::testkit::unique;
 use conformance::testkit::wait::Patience;
 use operator::admission::{handler, webhook_configurations};
 use operator::api::{
@@ -39,9 +34,6 @@ use operator::testing;
 /// Every wait of these tests: at most a minute, looking every 250 ms.
 const PATIENCE: Patience = Patience::new(Duration::from_secs(60), Duration::from_millis(250));
 
-/// The label that scopes the webhooks to the test's namespace.
-const SCOPE_LABEL: &str = "conformance.ptah.run/admission";
-
 /// The person who approves.
 const APPROVER: &str = "alice";
 /// A group she is impersonated with.
@@ -51,26 +43,14 @@ const APPROVER_GROUP: &str = "ptah-approvers";
 /// all removed at the end, also when the test fails.
 struct Scope {
     harness: &'static Harness,
-    configuration: String,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
+    _webhooks: Webhooks,
     namespace: TestNamespace,
 }
 
 impl Drop for Scope {
     fn drop(&mut self) {
         self.server.abort();
-        let (harness, name) = (self.harness, self.configuration.clone());
-        conformance::testkit::clean_up(move || async move {
-            let client = harness.client().await?;
-            let dp = DeleteParams::default();
-            let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
-                .delete(&name, &dp)
-                .await;
-            let _ = Api::<ValidatingWebhookConfiguration>::all(client)
-                .delete(&name, &dp)
-                .await;
-            Ok(())
-        });
     }
 }
 
@@ -81,16 +61,8 @@ impl Scope {
     async fn new(test: &str) -> anyhow::Result<Scope> {
         let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
         conformance::install_crypto_provider();
-        let configuration = unique("ptah-operator-approvals");
-        let namespace = TestNamespace::new(
-            harness,
-            "adm",
-            test,
-            NamespaceSpec::default()
-                .with_crds()
-                .label(SCOPE_LABEL, &configuration),
-        )
-        .await?;
+        let namespace =
+            TestNamespace::new(harness, "adm", test, NamespaceSpec::default().with_crds()).await?;
         let client = namespace.client().clone();
 
         let tls = Tls::self_signed(&["127.0.0.1"])?;
@@ -99,40 +71,14 @@ impl Scope {
         let routes = Routes::new().route("/admission/", handler(client.clone()));
         let ca_pem = tls.ca_pem.clone();
         let server = tokio::spawn(async move { serve(listener, &tls, routes, 1 << 20).await });
+        let url = format!("https://127.0.0.1:{port}");
+        let webhooks = Webhooks::install(&namespace, webhook_configurations, url, &ca_pem).await?;
         let scope = Scope {
             harness,
-            configuration: configuration.clone(),
             server,
+            _webhooks: webhooks,
             namespace,
         };
-
-        let (mut mutating, mut validating) = webhook_configurations(WebhookClientConfig {
-            url: Some(format!("https://127.0.0.1:{port}")),
-            ca_bundle: Some(ByteString(ca_pem.into_bytes())),
-            service: None,
-        });
-        let only_here = LabelSelector {
-            match_labels: Some([(SCOPE_LABEL.to_owned(), configuration.clone())].into()),
-            ..Default::default()
-        };
-        mutating.metadata.name = Some(configuration.clone());
-        validating.metadata.name = Some(configuration.clone());
-        for hook in mutating.webhooks.iter_mut().flatten() {
-            hook.namespace_selector = Some(only_here.clone());
-        }
-        for hook in validating.webhooks.iter_mut().flatten() {
-            hook.namespace_selector = Some(only_here.clone());
-        }
-        let pp = PostParams::default();
-        Api::<MutatingWebhookConfiguration>::all(client.clone())
-            .create(&pp, &mutating)
-            .await
-            .context("installing the mutating webhook configuration")?;
-        Api::<ValidatingWebhookConfiguration>::all(client.clone())
-            .create(&pp, &validating)
-            .await
-            .context("installing the validating webhook configuration")?;
-
         scope.grant_approver().await?;
         Ok(scope)
     }

@@ -46,6 +46,16 @@ fn target(db: &TestDatabase, name: &str) -> Value {
 /// The Secret `<name>-db`, the ConfigMap `<name>-schema` holding
 /// [`SCHEMA_SQL`], and the PtahSchema `name` (`apply: Always`).
 pub async fn schema(ns: &TestNamespace, db: &TestDatabase, name: &str) -> anyhow::Result<()> {
+    schema_under(ns, db, name, json!({"apply": "Always"})).await
+}
+
+/// [`schema`] under `spec.policy` = `policy`.
+pub async fn schema_under(
+    ns: &TestNamespace,
+    db: &TestDatabase,
+    name: &str,
+    policy: Value,
+) -> anyhow::Result<()> {
     db.secret(ns, &format!("{name}-db")).await?;
     ns.create::<k8s_openapi::api::core::v1::ConfigMap>(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
@@ -59,7 +69,7 @@ pub async fn schema(ns: &TestNamespace, db: &TestDatabase, name: &str) -> anyhow
         "spec": {
             "target": target(db, name),
             "source": {"configMap": {"name": format!("{name}-schema"), "keys": ["schema.sql"]}},
-            "policy": {"apply": "Always"},
+            "policy": policy,
             "execution": {"failureRetryInterval": "5s"},
         },
     });

@@ -17,6 +17,7 @@ use crate::harness::{EXECUTOR_IMAGE_PINNED, Harness, OPERATOR_IMAGE_PINNED};
 pub struct Manager {
     child: Child,
     log: PathBuf,
+    tls_dir: PathBuf,
 }
 
 /// How a manager is started.
@@ -49,7 +50,11 @@ impl Manager {
 
     /// Starts a manager watching the namespace `ns` of `harness` only.
     pub fn start_in(harness: &Harness, ns: &str, spec: &ManagerSpec) -> anyhow::Result<Manager> {
-        let exe = harness.target_dir.join("ptah-operator");
+        // A benchmark may run another build (`PTAH_OPERATOR_BIN`, e.g. the
+        // release one); the tests run the debug build the harness maps.
+        let exe = std::env::var_os("PTAH_OPERATOR_BIN")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| harness.target_dir.join("ptah-operator"));
         anyhow::ensure!(
             exe.exists(),
             "{} is not built: run `cargo build --workspace --bins`",
@@ -59,6 +64,7 @@ impl Manager {
         std::fs::create_dir_all(&dir)?;
         let log = dir.join(format!("{}-{}.log", ns, super::unique("m")));
         let out = std::fs::File::create(&log)?;
+        let tls_dir = dir.join(format!("{ns}-tls"));
         let mut cmd = Command::new(&exe);
         cmd.env("KUBECONFIG", harness.operator_kubeconfig())
             .env("RUST_LOG", "info,ptah_operator=debug,kube=warn")
@@ -67,10 +73,7 @@ impl Manager {
                 "--token-key-file={}",
                 dir.join(format!("{}.key", ns)).display()
             ))
-            .arg(format!(
-                "--tls-dir={}",
-                dir.join(format!("{}-tls", ns)).display()
-            ))
+            .arg(format!("--tls-dir={}", tls_dir.display()))
             .arg(format!("--runner-image={OPERATOR_IMAGE_PINNED}"))
             .arg(format!("--executor-image={EXECUTOR_IMAGE_PINNED}"))
             .arg(format!("--coordination-namespace={}", ns))
@@ -91,7 +94,11 @@ impl Manager {
         let child = cmd
             .spawn()
             .with_context(|| format!("starting {}", exe.display()))?;
-        Ok(Manager { child, log })
+        Ok(Manager {
+            child,
+            log,
+            tls_dir,
+        })
     }
 
     /// Where the manager writes its log.
@@ -107,6 +114,12 @@ impl Manager {
     /// What the manager wrote so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Where the manager keeps its serving certificate and CA (`ca.crt`):
+    /// the receiver's and the admission webhooks'.
+    pub fn tls_dir(&self) -> &std::path::Path {
+        &self.tls_dir
     }
 
     /// Waits for the process to exit by itself (a fault point).

@@ -7,6 +7,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+pub mod admission;
 pub mod database;
 pub mod executor;
 pub mod git;

@@ -1,0 +1,251 @@
+//! The schema lifecycle end to end on real databases, each line on the
+//! harness's PostgreSQL and on its MariaDB: a real manager, its own
+//! admission webhooks registered for the test's namespace, Jobs whose runner
+//! drives the pinned Ptah CLI, and the database read back with its own
+//! client.
+//!
+//! * Under `OnApproval` a first schema waits in `AwaitingApproval` with no
+//!   Apply Job and no table; an approval of another fingerprint is refused
+//!   at admission; the exact approval is stamped and leads to `InSync`, and
+//!   the journal's entries name the same plan, approval and Apply.
+//! * Policies on real plans: `Always` applies a non-destructive change with
+//!   no approval, a destructive plan without `allowDestructive` is
+//!   `Blocked`, a protected table is `Blocked` with `ProtectedTable`, and
+//!   `Never` publishes its plan and applies none.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::batch::v1::Job;
+use kube::ResourceExt;
+use kube::api::ListParams;
+use serde_json::{Value, json};
+
+use conformance::harness::Harness;
+use conformance::testkit::admission::Webhooks;
+use conformance::testkit::database::{Engine, TestDatabase};
+use conformance::testkit::executor;
+use conformance::testkit::manager::{Manager, ManagerSpec, free_port};
+use conformance::testkit::namespace::TestNamespace;
+use conformance::testkit::wait::Patience;
+use operator::admission::webhook_configurations;
+use operator::api::PtahSchemaApproval;
+use operator::api::condition::{ConditionStatus, Reason, SchemaConditionType, SchemaPhase};
+use operator::api::journal::{JournalEntry, JournalEntryType};
+use operator::api::schema::{PtahSchema, SchemaPlanSummary};
+
+async fn harness() -> &'static Harness {
+    conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await
+}
+
+/// Six Jobs one after the other, each run by the process kubelet.
+const PATIENCE: Patience = Patience::new(Duration::from_secs(240), Duration::from_millis(250));
+
+/// A manager with its admission webhooks registered for the namespace.
+struct Operator {
+    manager: Manager,
+    _webhooks: Webhooks,
+}
+
+impl Operator {
+    async fn start(ns: &TestNamespace) -> anyhow::Result<Operator> {
+        let port = free_port()?;
+        let spec = ManagerSpec {
+            port: Some(port),
+            ..Default::default()
+        };
+        let manager = Manager::start(ns, &spec)?;
+        let webhooks =
+            Webhooks::of_manager(ns, webhook_configurations, port, manager.tls_dir()).await?;
+        Ok(Operator {
+            manager,
+            _webhooks: webhooks,
+        })
+    }
+
+    fn log(&self) -> String {
+        self.manager.log()
+    }
+}
+
+fn phase(s: &PtahSchema) -> Option<SchemaPhase> {
+    s.status.as_ref().and_then(|st| st.phase)
+}
+
+fn condition(s: &PtahSchema, t: SchemaConditionType) -> Option<(ConditionStatus, Reason)> {
+    let st = s.status.as_ref()?;
+    let c = st.conditions.iter().find(|c| c.type_ == t)?;
+    Some((c.status, c.reason))
+}
+
+fn plan_of(s: &PtahSchema) -> anyhow::Result<SchemaPlanSummary> {
+    s.status
+        .as_ref()
+        .and_then(|st| st.plan.clone())
+        .context("status.plan")
+}
+
+/// The operations of the namespace's Jobs, as their names say.
+async fn operations(ns: &TestNamespace) -> anyhow::Result<Vec<String>> {
+    let jobs = ns.api::<Job>().list(&ListParams::default()).await?;
+    Ok(jobs
+        .items
+        .iter()
+        .filter_map(|j| j.name_any().split('-').nth(1).map(str::to_owned))
+        .collect())
+}
+
+fn entry(s: &PtahSchema, t: JournalEntryType) -> anyhow::Result<JournalEntry> {
+    let st = s.status.as_ref().context("status")?;
+    st.journal
+        .iter()
+        .rev()
+        .find(|e| e.type_ == t)
+        .cloned()
+        .with_context(|| format!("{t:?} in the journal: {:?}", st.journal))
+}
+
+/// An approval of `plan` of `schema`, with the fingerprint given.
+fn approval(name: &str, schema: &PtahSchema, plan: &SchemaPlanSummary, fingerprint: &str) -> Value {
+    json!({
+        "apiVersion": "operator.ptah.run/v1alpha1",
+        "kind": "PtahSchemaApproval",
+        "metadata": {"name": name},
+        "spec": {
+            "schemaRef": {"name": schema.name_any(), "uid": schema.uid().unwrap_or_default()},
+            "planRef": {"name": plan.name, "uid": plan.uid},
+            "planFingerprint": fingerprint,
+        }
+    })
+}
+
+/// Creates `value`, waiting while the webhooks are not answering yet (the
+/// API server calls them from their registration on, and the manager
+/// serves them from its start).
+async fn create_approval(ns: &TestNamespace, value: Value) -> anyhow::Result<PtahSchemaApproval> {
+    let api = ns.api::<PtahSchemaApproval>();
+    let obj: PtahSchemaApproval = serde_json::from_value(value)?;
+    PATIENCE
+        .poll("the approval to be admitted", || {
+            let (api, obj) = (api.clone(), obj.clone());
+            async move {
+                match api.create(&Default::default(), &obj).await {
+                    Ok(created) => Ok(Some(created)),
+                    Err(kube::Error::Api(e)) if e.message.contains("failed calling webhook") => {
+                        Ok(None)
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+        })
+        .await
+}
+
+async fn first_schema_waits_for_its_exact_approval(
+    engine: Engine,
+    test: &str,
+) -> anyhow::Result<()> {
+    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
+    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
+    executor::schema_under(&ns, &db, "orders", json!({"apply": "OnApproval"})).await?;
+    let operator = Operator::start(&ns).await?;
+
+    let s = ns
+        .until(&PATIENCE, "orders", "AwaitingApproval", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::AwaitingApproval)
+        })
+        .await
+        .with_context(|| operator.log())?;
+    let plan = plan_of(&s)?;
+    assert!(plan.approval_required, "{plan:?}");
+    assert_eq!(
+        condition(&s, SchemaConditionType::ApprovalRequired).map(|c| c.0),
+        Some(ConditionStatus::True)
+    );
+    let published = entry(&s, JournalEntryType::PlanPublished)?;
+    assert_eq!(published.plan_uid.as_deref(), Some(plan.uid.as_str()));
+    assert_eq!(published.approval_required, Some(true));
+    // Nothing ran yet: no Apply Job, no table.
+    assert!(!operations(&ns).await?.contains(&"apply".to_string()));
+    assert_eq!(db.tables()?, Vec::<String>::new());
+
+    // An approval of another fingerprint of this plan is refused, naming it.
+    let other = format!("sha256:{}", "0".repeat(64));
+    let refused = create_approval(&ns, approval("wrong", &s, &plan, &other)).await;
+    let message = format!(
+        "{:#}",
+        refused.err().context("a forged fingerprint was admitted")?
+    );
+    assert!(message.contains("planFingerprint"), "{message}");
+
+    let approved = create_approval(&ns, approval("orders-1", &s, &plan, &plan.fingerprint)).await?;
+    let approver = approved
+        .spec
+        .approver
+        .clone()
+        .context("admission stamped the approver")?;
+    assert!(approved.spec.approved_at.is_some());
+
+    let s = ns
+        .until(&PATIENCE, "orders", "InSync", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::InSync)
+        })
+        .await
+        .with_context(|| operator.log())?;
+    assert_eq!(
+        condition(&s, SchemaConditionType::InSync),
+        Some((ConditionStatus::True, Reason::ScopedConverged))
+    );
+    let accepted = entry(&s, JournalEntryType::ApprovalAccepted)?;
+    let finished = entry(&s, JournalEntryType::ApplyFinished)?;
+    let verified = entry(&s, JournalEntryType::Verified)?;
+    let approval_uid = approved.uid();
+    for e in [&accepted, &finished, &verified] {
+        assert_eq!(e.plan_uid.as_deref(), Some(plan.uid.as_str()), "{e:?}");
+        assert_eq!(
+            e.plan_fingerprint.as_deref(),
+            Some(plan.fingerprint.as_str()),
+            "{e:?}"
+        );
+    }
+    for e in [&accepted, &finished] {
+        assert_eq!(e.approval_uid, approval_uid, "{e:?}");
+        assert_eq!(e.approver.as_ref(), Some(&approver), "{e:?}");
+    }
+    assert!(accepted.operation_id.is_some());
+    assert_eq!(finished.operation_id, accepted.operation_id);
+    assert_eq!(verified.operation_id, accepted.operation_id);
+    let applied = s
+        .status
+        .as_ref()
+        .and_then(|st| st.applied.clone())
+        .context("status.applied")?;
+    assert_eq!(applied.plan_uid, plan.uid);
+
+    // The database, as its own client sees it.
+    assert_eq!(db.tables()?, ["orders"]);
+    assert_eq!(
+        operations(&ns)
+            .await?
+            .iter()
+            .filter(|o| *o == "apply")
+            .count(),
+        1,
+        "one Apply Job"
+    );
+    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
+    drop(operator);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_first_schema_under_on_approval_converges_only_after_its_exact_approval_on_postgresql()
+-> anyhow::Result<()> {
+    first_schema_waits_for_its_exact_approval(Engine::Postgres, "approval-pg").await
+}
+
+#[tokio::test]
+async fn a_first_schema_under_on_approval_converges_only_after_its_exact_approval_on_mariadb()
+-> anyhow::Result<()> {
+    first_schema_waits_for_its_exact_approval(Engine::MariaDb, "approval-maria").await
+}
