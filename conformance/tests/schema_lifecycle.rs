@@ -11,14 +11,15 @@
 //! * Policies on real plans: `Always` applies a non-destructive change with
 //!   no approval, a destructive plan without `allowDestructive` is
 //!   `Blocked`, a protected table is `Blocked` with `ProtectedTable`, and
-//!   `Never` publishes its plan and applies none.
+//!   `Never` publishes its plan and applies none. `status.applied` records
+//!   the plan the last confirmed Apply ran.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use conformance::harness::Harness;
@@ -248,4 +249,152 @@ async fn a_first_schema_under_on_approval_converges_only_after_its_exact_approva
 async fn a_first_schema_under_on_approval_converges_only_after_its_exact_approval_on_mariadb()
 -> anyhow::Result<()> {
     first_schema_waits_for_its_exact_approval(Engine::MariaDb, "approval-maria").await
+}
+
+fn stalled_reason(s: &PtahSchema) -> Option<Reason> {
+    (phase(s) == Some(SchemaPhase::Blocked))
+        .then(|| condition(s, SchemaConditionType::Stalled).map(|c| c.1))
+        .flatten()
+}
+
+fn applied_plan(s: &PtahSchema) -> Option<String> {
+    s.status
+        .as_ref()
+        .and_then(|st| st.applied.as_ref())
+        .map(|a| a.plan_uid.clone())
+}
+
+async fn apply_jobs(ns: &TestNamespace) -> anyhow::Result<usize> {
+    Ok(operations(ns)
+        .await?
+        .iter()
+        .filter(|o| *o == "apply")
+        .count())
+}
+
+/// `orders` as the ConfigMap declares it, with `extra` columns.
+fn orders(extra: &[&str]) -> String {
+    let mut columns = vec!["  id bigint PRIMARY KEY", "  customer varchar(64) NOT NULL"];
+    columns.extend(extra);
+    format!("CREATE TABLE orders (\n{}\n);\n", columns.join(",\n"))
+}
+
+async fn set_policy(ns: &TestNamespace, policy: Value) -> anyhow::Result<()> {
+    ns.api::<PtahSchema>()
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"policy": policy}})),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
+    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
+    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
+    executor::schema(&ns, &db, "orders").await?;
+    let operator = Operator::start(&ns).await?;
+    let in_sync = |after: Option<String>| {
+        move |s: &PtahSchema| phase(s) == Some(SchemaPhase::InSync) && applied_plan(s) != after
+    };
+    let s = ns
+        .until(&PATIENCE, "orders", "InSync", in_sync(None))
+        .await
+        .with_context(|| operator.log())?;
+    let first = applied_plan(&s);
+
+    // Always, nothing destructive: the change is applied with no approval.
+    let widened = orders(&["  note varchar(32)"]);
+    ns.set_config_map_key("orders-schema", "schema.sql", &widened)
+        .await?;
+    let s = ns
+        .until(
+            &PATIENCE,
+            "orders",
+            "InSync after a new column",
+            in_sync(first),
+        )
+        .await
+        .with_context(|| operator.log())?;
+    assert_eq!(
+        db.columns("orders")?.len(),
+        3,
+        "{:?}",
+        db.columns("orders")?
+    );
+    assert_eq!(apply_jobs(&ns).await?, 2);
+    let plan = entry(&s, JournalEntryType::PlanPublished)?;
+    assert_eq!(plan.approval_required, Some(false), "{plan:?}");
+    assert_eq!(
+        applied_plan(&s),
+        plan.plan_uid,
+        "status.applied is the last Apply's plan"
+    );
+    assert!(entry(&s, JournalEntryType::ApprovalAccepted).is_err());
+
+    // A destructive plan without allowDestructive: Blocked, nothing runs.
+    ns.set_config_map_key("orders-schema", "schema.sql", &orders(&[]))
+        .await?;
+    let s = ns
+        .until(
+            &PATIENCE,
+            "orders",
+            "Blocked, destructive",
+            |s: &PtahSchema| stalled_reason(s) == Some(Reason::DestructiveChangesDisabled),
+        )
+        .await
+        .with_context(|| operator.log())?;
+    assert!(plan_of(&s)?.destructive);
+    assert_eq!(db.columns("orders")?.len(), 3);
+
+    // A protected table: Blocked with ProtectedTable, whatever else allows it.
+    set_policy(
+        &ns,
+        json!({"apply": "Always", "allowDestructive": true, "protectedTables": ["orders"]}),
+    )
+    .await?;
+    ns.until(
+        &PATIENCE,
+        "orders",
+        "Blocked, protected",
+        |s: &PtahSchema| stalled_reason(s) == Some(Reason::ProtectedTable),
+    )
+    .await
+    .with_context(|| operator.log())?;
+    assert_eq!(db.columns("orders")?.len(), 3);
+
+    // Never: the plan is published and nothing is applied.
+    set_policy(
+        &ns,
+        json!({"apply": "Never", "allowDestructive": true, "protectedTables": null}),
+    )
+    .await?;
+    let s = ns
+        .until(
+            &PATIENCE,
+            "orders",
+            "Blocked, apply: Never",
+            |s: &PtahSchema| stalled_reason(s) == Some(Reason::ApplyDisabled),
+        )
+        .await
+        .with_context(|| operator.log())?;
+    let plan = plan_of(&s)?;
+    assert!(plan.destructive && !plan.approval_required, "{plan:?}");
+    assert_eq!(db.columns("orders")?.len(), 3);
+    assert_eq!(apply_jobs(&ns).await?, 2, "no Apply ran after the second");
+
+    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
+    drop(operator);
+    Ok(())
+}
+
+#[tokio::test]
+async fn policies_hold_on_real_plans_on_postgresql() -> anyhow::Result<()> {
+    policies_hold(Engine::Postgres, "policy-pg").await
+}
+
+#[tokio::test]
+async fn policies_hold_on_real_plans_on_mariadb() -> anyhow::Result<()> {
+    policies_hold(Engine::MariaDb, "policy-maria").await
 }
