@@ -13,6 +13,10 @@
 //!   `Blocked`, a protected table is `Blocked` with `ProtectedTable`, and
 //!   `Never` publishes its plan and applies none. `status.applied` records
 //!   the plan the last confirmed Apply ran.
+//! * Drift made by hand (a column dropped with `psql` or `mariadb`) shows
+//!   `DriftDetected` and a new plan at once after a read request, and at the
+//!   next interval without one; put back by hand, the next interval finds
+//!   the schema `InSync` again.
 
 use std::time::Duration;
 
@@ -397,4 +401,134 @@ async fn policies_hold_on_real_plans_on_postgresql() -> anyhow::Result<()> {
 #[tokio::test]
 async fn policies_hold_on_real_plans_on_mariadb() -> anyhow::Result<()> {
     policies_hold(Engine::MariaDb, "policy-maria").await
+}
+
+fn generation_seen(s: &PtahSchema) -> bool {
+    s.status.as_ref().and_then(|st| st.observed_generation) == s.metadata.generation
+}
+
+fn drift(s: &PtahSchema) -> bool {
+    condition(s, SchemaConditionType::DriftDetected).map(|c| c.0) == Some(ConditionStatus::True)
+}
+
+fn plan_uid(s: &PtahSchema) -> Option<String> {
+    s.status
+        .as_ref()
+        .and_then(|st| st.plan.as_ref())
+        .map(|p| p.uid.clone())
+}
+
+async fn patch_spec(ns: &TestNamespace, spec: Value) -> anyhow::Result<()> {
+    ns.api::<PtahSchema>()
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn drift_by_hand(engine: Engine, test: &str) -> anyhow::Result<()> {
+    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
+    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
+    executor::schema(&ns, &db, "orders").await?;
+    let operator = Operator::start(&ns).await?;
+    let in_sync = |s: &PtahSchema| phase(s) == Some(SchemaPhase::InSync) && generation_seen(s);
+    ns.until(&PATIENCE, "orders", "InSync", in_sync)
+        .await
+        .with_context(|| operator.log())?;
+    // From here on plans are published and none is applied, read every hour.
+    patch_spec(&ns, json!({"policy": {"apply": "Never"}, "interval": "1h"})).await?;
+    ns.until(&PATIENCE, "orders", "InSync under Never", in_sync)
+        .await
+        .with_context(|| operator.log())?;
+    let jobs_before = operations(&ns).await?.len();
+
+    let drop_customer = "ALTER TABLE orders DROP COLUMN customer";
+    db.sql(drop_customer)?;
+    // Nothing reads the database before the interval ends…
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let quiet = ns.api::<PtahSchema>().get("orders").await?;
+    assert_eq!(phase(&quiet), Some(SchemaPhase::InSync));
+    assert_eq!(operations(&ns).await?.len(), jobs_before);
+    // … unless a person asks for a read.
+    let at = jiff::Timestamp::now().to_string();
+    ns.api::<PtahSchema>()
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "operator.ptah.run/read-requested-at": at
+            }}})),
+        )
+        .await?;
+    let s = ns
+        .until(
+            &PATIENCE,
+            "orders",
+            "drift after a read request",
+            |s: &PtahSchema| stalled_reason(s) == Some(Reason::ApplyDisabled) && drift(s),
+        )
+        .await
+        .with_context(|| operator.log())?;
+    let answered = s
+        .status
+        .as_ref()
+        .and_then(|st| st.last_read_request.clone());
+    assert_eq!(answered.as_deref(), Some(at.as_str()));
+    let drift_plan = plan_uid(&s).context("a new plan")?;
+    let published = entry(&s, JournalEntryType::PlanPublished)?;
+    assert_eq!(published.plan_uid.as_deref(), Some(drift_plan.as_str()));
+    assert_eq!(db.columns("orders")?.len(), 1, "nothing was applied");
+
+    // The interval alone: put back by hand, the next read finds no drift;
+    // dropped again, the read after that finds it and plans it.
+    patch_spec(&ns, json!({"interval": "15s"})).await?;
+    ns.until(&PATIENCE, "orders", "the edit read", generation_seen)
+        .await?;
+    db.sql("ALTER TABLE orders ADD COLUMN customer varchar(64) NOT NULL")?;
+    ns.until(
+        &PATIENCE,
+        "orders",
+        "InSync at the interval",
+        |s: &PtahSchema| phase(s) == Some(SchemaPhase::InSync) && !drift(s),
+    )
+    .await
+    .with_context(|| operator.log())?;
+    db.sql(drop_customer)?;
+    let s = ns
+        .until(
+            &PATIENCE,
+            "orders",
+            "drift at the interval",
+            |s: &PtahSchema| stalled_reason(s) == Some(Reason::ApplyDisabled) && drift(s),
+        )
+        .await
+        .with_context(|| operator.log())?;
+    assert!(plan_uid(&s).is_some());
+    assert_eq!(
+        s.status
+            .as_ref()
+            .and_then(|st| st.last_read_request.clone()),
+        answered,
+        "no read request since"
+    );
+    assert_eq!(apply_jobs(&ns).await?, 1, "only the first Apply ran");
+
+    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
+    drop(operator);
+    Ok(())
+}
+
+#[tokio::test]
+async fn drift_made_by_hand_is_planned_at_a_read_request_and_at_the_interval_on_postgresql()
+-> anyhow::Result<()> {
+    drift_by_hand(Engine::Postgres, "drift-pg").await
+}
+
+#[tokio::test]
+async fn drift_made_by_hand_is_planned_at_a_read_request_and_at_the_interval_on_mariadb()
+-> anyhow::Result<()> {
+    drift_by_hand(Engine::MariaDb, "drift-maria").await
 }
