@@ -17,6 +17,10 @@
 //!   `DriftDetected` and a new plan at once after a read request, and at the
 //!   next interval without one; put back by hand, the next interval finds
 //!   the schema `InSync` again.
+//! * An edit of the source while `AwaitingApproval` retires the plan: the
+//!   new plan's `PlanPublished` names the old one as `replaced`, a
+//!   `PlanStale` Warning says which, an approval of the old plan is refused
+//!   at admission and runs nothing, and the new plan's approval converges.
 
 use std::time::Duration;
 
@@ -531,4 +535,100 @@ async fn drift_made_by_hand_is_planned_at_a_read_request_and_at_the_interval_on_
 async fn drift_made_by_hand_is_planned_at_a_read_request_and_at_the_interval_on_mariadb()
 -> anyhow::Result<()> {
     drift_by_hand(Engine::MariaDb, "drift-maria").await
+}
+
+/// The reasons of the Events about `name`.
+async fn event_reasons(ns: &TestNamespace, name: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let events = ns
+        .api::<k8s_openapi::api::core::v1::Event>()
+        .list(&ListParams::default())
+        .await?;
+    Ok(events
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect())
+}
+
+async fn edit_retires_the_awaited_plan(engine: Engine, test: &str) -> anyhow::Result<()> {
+    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
+    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
+    executor::schema_under(&ns, &db, "orders", json!({"apply": "OnApproval"})).await?;
+    let operator = Operator::start(&ns).await?;
+    let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
+    let s = ns
+        .until(&PATIENCE, "orders", "AwaitingApproval", awaiting)
+        .await
+        .with_context(|| operator.log())?;
+    let old = plan_of(&s)?;
+
+    ns.set_config_map_key(
+        "orders-schema",
+        "schema.sql",
+        &orders(&["  note varchar(32)"]),
+    )
+    .await?;
+    let s = ns
+        .until(
+            &PATIENCE,
+            "orders",
+            "the new plan awaited",
+            |s: &PtahSchema| awaiting(s) && plan_uid(s).is_some_and(|u| u != old.uid),
+        )
+        .await
+        .with_context(|| operator.log())?;
+    let new = plan_of(&s)?;
+    let published = entry(&s, JournalEntryType::PlanPublished)?;
+    assert_eq!(published.plan_uid.as_deref(), Some(new.uid.as_str()));
+    assert_eq!(
+        published.replaced.as_deref(),
+        Some(old.name.as_str()),
+        "{published:?}"
+    );
+    let stale = event_reasons(&ns, "orders")
+        .await?
+        .into_iter()
+        .find(|(reason, _)| reason == "PlanStale")
+        .context("a PlanStale Event")?;
+    assert!(stale.1.contains(&old.name), "{stale:?}");
+
+    // The old plan's approval is refused, naming why; nothing runs.
+    let refused = create_approval(&ns, approval("late", &s, &old, &old.fingerprint)).await;
+    let message = format!(
+        "{:#}",
+        refused
+            .err()
+            .context("an approval of a retired plan was admitted")?
+    );
+    assert!(message.contains("planRef"), "{message}");
+    assert_eq!(apply_jobs(&ns).await?, 0);
+    assert_eq!(db.tables()?, Vec::<String>::new());
+
+    // The plan that replaced it is the one a person can approve.
+    create_approval(&ns, approval("orders-2", &s, &new, &new.fingerprint)).await?;
+    let s = ns
+        .until(&PATIENCE, "orders", "InSync", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::InSync)
+        })
+        .await
+        .with_context(|| operator.log())?;
+    assert_eq!(applied_plan(&s), Some(new.uid.clone()));
+    assert_eq!(db.columns("orders")?.len(), 3);
+    assert_eq!(apply_jobs(&ns).await?, 1);
+    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
+    drop(operator);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_edit_while_awaiting_approval_retires_the_plan_and_its_approval_on_postgresql()
+-> anyhow::Result<()> {
+    edit_retires_the_awaited_plan(Engine::Postgres, "stale-pg").await
+}
+
+#[tokio::test]
+async fn an_edit_while_awaiting_approval_retires_the_plan_and_its_approval_on_mariadb()
+-> anyhow::Result<()> {
+    edit_retires_the_awaited_plan(Engine::MariaDb, "stale-maria").await
 }

@@ -264,8 +264,26 @@ pub fn binding_of(src: &crate::api::source::SourceStatus) -> SourceBinding {
         source_policy_digest: src.source_policy.as_ref().map(|p| p.digest.clone()),
         verification_policy_uid: src.verification.as_ref().map(|v| v.policy.uid.clone()),
         verification_policy_digest: src.verification.as_ref().map(|v| v.policy.digest.clone()),
-        signer_evidence_digest: None,
+        signer_evidence_digest: src.verification.as_ref().and_then(signer_evidence_digest),
     }
+}
+
+/// The digest plan contract v2 binds of what Verify accepted: the signer's
+/// identity or key, the trust root and the signature. A plan of the same
+/// bytes signed by someone else is another plan.
+pub fn signer_evidence_digest(v: &crate::api::source::VerificationEvidence) -> Option<String> {
+    let identity = v.signer_identity.as_ref();
+    supplychain::contract::SignerEvidence {
+        authority: v.authority.clone(),
+        issuer: identity.map(|i| i.issuer.clone()),
+        subject: identity.map(|i| i.subject.clone()),
+        key_fingerprint: v.key_fingerprint.clone(),
+        trust_root_digest: v.trust_root_digest.clone(),
+        signature_digest: v.signature_digest.clone(),
+        transparency_log_verified: v.transparency_log_verified,
+    }
+    .digest()
+    .ok()
 }
 
 /// What both families' statuses record in the same fields: the claim, the

@@ -445,6 +445,35 @@ mod tests {
     }
 
     #[test]
+    fn an_oci_binding_carries_the_signer_evidence_and_another_signer_is_another_binding() {
+        use crate::api::source::SignerIdentity;
+        use crate::lifecycle::test_support::evidence;
+        let mut src = oci_source("schema", 1);
+        assert_eq!(
+            binding_of(&src).signer_evidence_digest,
+            None,
+            "not verified yet"
+        );
+        let mut accepted = evidence(2);
+        accepted.signer_identity = Some(SignerIdentity {
+            issuer: "https://issuer.example".into(),
+            subject: "ci@example.com".into(),
+        });
+        src.verification = Some(accepted.clone());
+        let one = binding_of(&src).signer_evidence_digest;
+        assert!(
+            one.as_deref().is_some_and(|d| d.starts_with("sha256:")),
+            "{one:?}"
+        );
+        accepted.signer_identity = Some(SignerIdentity {
+            issuer: "https://issuer.example".into(),
+            subject: "someone-else@example.com".into(),
+        });
+        src.verification = Some(accepted);
+        assert_ne!(binding_of(&src).signer_evidence_digest, one);
+    }
+
+    #[test]
     fn realm_refusals_name_their_reason() {
         assert_eq!(RealmVerdict::Ok.refusal(), None);
         assert_eq!(

@@ -637,12 +637,30 @@ impl OciSource {
         &self,
         operation: &'static str,
         reference: &Reference,
-        error: impl fmt::Display,
+        error: impl std::error::Error,
     ) -> OciError {
+        // The whole chain: the transport's cause is what a person acts on.
+        let mut text = error.to_string();
+        let mut cause = error.source();
+        while let Some(c) = cause {
+            let more = c.to_string();
+            if !text.contains(&more) {
+                text.push_str(": ");
+                text.push_str(&more);
+            }
+            cause = c.source();
+        }
+        let mut message = self.redact(&text);
+        if !self.plain_http && answered_plain_http(&message) {
+            message.push_str(
+                "; the registry answered plain HTTP to HTTPS: \
+                 spec.source.oci.transport.plainHTTP reaches a registry without TLS",
+            );
+        }
         OciError::Registry {
             operation,
             reference: reference.whole(),
-            message: self.redact(&error.to_string()),
+            message,
         }
     }
 
@@ -753,7 +771,15 @@ impl OciSource {
     pub async fn resolve(&self, expected: ArtifactKind) -> Result<Resolution, OciError> {
         let digest = self.resolve_digest().await?;
         let fetched = self.fetch_manifest(&digest).await?;
-        let layers = check_artifact(&fetched, expected)?;
+        // Resolve pins the digest; Verify inspects the pinned artifact's type
+        // and refuses another one, a verdict rather than a failed read. An
+        // artifact of another type is recorded as it declares itself, with
+        // no layers: nothing reads them past Verify.
+        let (artifact_type, layers) = match check_artifact(&fetched, expected) {
+            Ok(layers) => (expected.artifact_type().to_string(), layers),
+            Err(OciError::ArtifactType { actual, .. }) => (actual, Vec::new()),
+            Err(e) => return Err(e),
+        };
         let tag = self
             .reference
             .tag
@@ -764,7 +790,7 @@ impl OciSource {
             resolved_reference: self.reference.pinned(&digest).to_string(),
             revision: format!("{tag}@{digest}"),
             digest,
-            artifact_type: expected.artifact_type().to_string(),
+            artifact_type,
             manifest_size: fetched.bytes.len() as u64,
             layers,
             annotations: fetched.manifest.annotations.clone().unwrap_or_default(),
@@ -983,6 +1009,19 @@ pub fn check_artifact(
         .collect()
 }
 
+/// Whether a registry error says the TLS handshake met a plain HTTP answer
+/// (as rustls reports a non-TLS record, or a Go registry says it).
+fn answered_plain_http(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "http response to https",
+        "invalidcontenttype",
+        "corrupt message",
+    ]
+    .iter()
+    .any(|s| m.contains(s))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1050,6 +1089,37 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("not base64"), "{err}");
+    }
+
+    /// A registry that answers plain HTTP to the TLS handshake: the error
+    /// names the transport field that reaches it.
+    #[tokio::test]
+    async fn a_registry_answering_plain_http_to_https_names_transport_plain_http() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = [0u8; 1024];
+                let _ = conn.read(&mut buf).await;
+                let _ = conn
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+            }
+        });
+        let reference: OciReference = format!("oci://127.0.0.1:{port}/ptah/schema:v1")
+            .parse()
+            .unwrap();
+        let source = OciSource::new(
+            reference,
+            Credentials::Anonymous,
+            &Transport::default(),
+            Limits::default(),
+        )
+        .unwrap();
+        let err = source.resolve_digest().await.unwrap_err().to_string();
+        assert!(err.contains("spec.source.oci.transport.plainHTTP"), "{err}");
+        assert!(!answered_plain_http("connection refused"));
     }
 
     #[test]
