@@ -25,7 +25,6 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -34,6 +33,7 @@ use conformance::harness::Harness;
 use conformance::testkit::admission::Webhooks;
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
+use conformance::testkit::job::{count, operations};
 use conformance::testkit::manager::{Manager, ManagerSpec, free_port};
 use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::wait::Patience;
@@ -92,16 +92,6 @@ fn plan_of(s: &PtahSchema) -> anyhow::Result<SchemaPlanSummary> {
         .as_ref()
         .and_then(|st| st.plan.clone())
         .context("status.plan")
-}
-
-/// The operations of the namespace's Jobs, as their names say.
-async fn operations(ns: &TestNamespace) -> anyhow::Result<Vec<String>> {
-    let jobs = ns.api::<Job>().list(&ListParams::default()).await?;
-    Ok(jobs
-        .items
-        .iter()
-        .filter_map(|j| j.name_any().split('-').nth(1).map(str::to_owned))
-        .collect())
 }
 
 fn entry(s: &PtahSchema, t: JournalEntryType) -> anyhow::Result<JournalEntry> {
@@ -273,11 +263,7 @@ fn applied_plan(s: &PtahSchema) -> Option<String> {
 }
 
 async fn apply_jobs(ns: &TestNamespace) -> anyhow::Result<usize> {
-    Ok(operations(ns)
-        .await?
-        .iter()
-        .filter(|o| *o == "apply")
-        .count())
+    count(ns, "apply").await
 }
 
 /// `orders` as the ConfigMap declares it, with `extra` columns.

@@ -39,3 +39,32 @@ pub fn secret_names(pod: &PodSpec) -> BTreeSet<String> {
     }
     names
 }
+
+/// The operations of the Jobs in `ns`, one per Job, as their
+/// `operator.ptah.run/operation` label names them (`resolve`, `observe`, …).
+pub async fn operations(ns: &super::namespace::TestNamespace) -> anyhow::Result<Vec<String>> {
+    let jobs = ns
+        .api::<Job>()
+        .list(&kube::api::ListParams::default())
+        .await?;
+    Ok(jobs
+        .items
+        .iter()
+        .filter_map(|j| {
+            j.metadata
+                .labels
+                .as_ref()?
+                .get("operator.ptah.run/operation")
+        })
+        .map(|op| op.to_ascii_lowercase())
+        .collect())
+}
+
+/// How many Jobs in `ns` run `operation` (`resolve`, `apply`, …).
+pub async fn count(ns: &super::namespace::TestNamespace, operation: &str) -> anyhow::Result<usize> {
+    Ok(operations(ns)
+        .await?
+        .iter()
+        .filter(|o| *o == operation)
+        .count())
+}

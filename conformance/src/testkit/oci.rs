@@ -510,14 +510,29 @@ pub async fn push_config_typed(
 /// A verification policy trusting one key for schema artifacts, with legacy
 /// `.sig` signatures, under the authority `release`.
 pub fn key_policy(public_pem: &str) -> String {
+    key_policy_for(
+        public_pem,
+        &format!(
+            "artifactTypes: [{}]\n",
+            supplychain::oci::SCHEMA_ARTIFACT_TYPE
+        ),
+    )
+}
+
+/// [`key_policy`] naming no artifact type: it accepts the type the source
+/// expects, which Verify checks on its own.
+pub fn key_policy_any_type(public_pem: &str) -> String {
+    key_policy_for(public_pem, "")
+}
+
+fn key_policy_for(public_pem: &str, types: &str) -> String {
     let pem: String = public_pem
         .lines()
         .map(|l| format!("        {l}\n"))
         .collect();
     format!(
         "apiVersion: supplychain.ptah.run/v1alpha1\nkind: VerificationPolicy\n\
-         artifactTypes: [{}]\nsignatures:\n  formats: [legacy]\n\
-         authorities:\n  - name: release\n    key:\n      pem: |\n{pem}",
-        supplychain::oci::SCHEMA_ARTIFACT_TYPE
+         {types}signatures:\n  formats: [legacy]\n\
+         authorities:\n  - name: release\n    key:\n      pem: |\n{pem}"
     )
 }
