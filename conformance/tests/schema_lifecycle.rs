@@ -7,7 +7,11 @@
 //! * Under `OnApproval` a first schema waits in `AwaitingApproval` with no
 //!   Apply Job and no table; an approval of another fingerprint is refused
 //!   at admission; the exact approval is stamped and leads to `InSync`, and
-//!   the journal's entries name the same plan, approval and Apply.
+//!   the journal's entries name the same plan, approval and Apply. The same
+//!   from a ConfigMap, a Git branch, a Git tag, a commit by id, and a
+//!   cosign-signed OCI artifact pushed with `ptah schema push`, whose plan
+//!   is another plan (another fingerprint, the same SQL) once only the
+//!   signer the policy accepts changes.
 //! * Policies on real plans: `Always` applies a non-destructive change with
 //!   no approval, a destructive plan without `allowDestructive` is
 //!   `Blocked`, a protected table is `Blocked` with `ProtectedTable`, and
@@ -29,14 +33,21 @@ use kube::ResourceExt;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use conformance::gitserve::repo::tag;
+use conformance::gitserve::{commit_files, create_repo};
 use conformance::harness::Harness;
 use conformance::testkit::admission::Webhooks;
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
+use conformance::testkit::git::endpoints;
 use conformance::testkit::job::{count, operations};
 use conformance::testkit::manager::{Manager, ManagerSpec, free_port};
 use conformance::testkit::namespace::TestNamespace;
+use conformance::testkit::oci::{
+    Registry, key_pair, key_policy, push_schema_file, run_ok, sign_command,
+};
 use conformance::testkit::wait::Patience;
+use k8s_openapi::api::core::v1::ConfigMap;
 use operator::admission::webhook_configurations;
 use operator::api::PtahSchemaApproval;
 use operator::api::condition::{ConditionStatus, Reason, SchemaConditionType, SchemaPhase};
@@ -140,21 +151,158 @@ async fn create_approval(ns: &TestNamespace, value: Value) -> anyhow::Result<Pta
         .await
 }
 
+/// Where a first schema's [`executor::SCHEMA_SQL`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum From {
+    ConfigMap,
+    GitBranch,
+    GitTag,
+    GitCommit,
+    Oci,
+}
+
+/// A signed OCI artifact, and what signs it again.
+struct Signed {
+    registry: Registry,
+    work: tempfile::TempDir,
+    /// `host/repository@digest`.
+    pinned: String,
+}
+
+impl Signed {
+    /// Signs the artifact with a new key and makes the verification policy
+    /// trust only that key.
+    async fn resign(&self, ns: &TestNamespace, name: &str) -> anyhow::Result<()> {
+        let key = key_pair(&self.registry.cosign, &self.work.path().join(name), "pw")?;
+        run_ok(
+            "cosign sign",
+            &mut sign_command(
+                &self.registry.cosign,
+                self.work.path(),
+                &key,
+                &self.pinned,
+                true,
+                None,
+            ),
+        )?;
+        ns.api::<ConfigMap>()
+            .patch(
+                "verification",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"policy.yaml": key_policy(&key.public_pem)}})),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// The source of `orders` as `from` says, holding [`executor::SCHEMA_SQL`],
+/// and the PtahSchema under `policy`.
+async fn declare(
+    ns: &TestNamespace,
+    db: &TestDatabase,
+    from: From,
+    policy: Value,
+) -> anyhow::Result<Option<Signed>> {
+    let git = |reference: Value| {
+        let ep = endpoints(ns.harness());
+        let repo = conformance::testkit::unique("lifecycle");
+        let bare = create_repo(&ep.root, &format!("{repo}.git"), false)?;
+        let commit = commit_files(
+            &bare,
+            "main",
+            &[("db/schema.sql", executor::SCHEMA_SQL)],
+            "first",
+        )?;
+        let reference = match reference {
+            Value::String(kind) if kind == "tag" => {
+                tag(&bare, "v1", &commit, Some("release v1"))?;
+                json!({"tag": "v1"})
+            }
+            Value::String(kind) if kind == "commit" => json!({"commit": commit}),
+            other => other,
+        };
+        anyhow::Ok(json!({"git": {
+            "url": format!("{}/{repo}.git", ep.daemon_url),
+            "ref": reference,
+            "path": "db",
+        }}))
+    };
+    let source = match from {
+        From::ConfigMap => {
+            executor::schema_under(ns, db, "orders", policy).await?;
+            return Ok(None);
+        }
+        From::GitBranch => git(json!({"branch": "main"}))?,
+        From::GitTag => git(json!("tag"))?,
+        From::GitCommit => git(json!("commit"))?,
+        From::Oci => {
+            let registry = Registry::from_harness(ns.harness())?;
+            let repository = format!("ptah-conformance/{}", ns.name());
+            let tagged = format!("{}/{repository}:v1", registry.host);
+            let pushed =
+                push_schema_file(&tagged, "schema.sql", executor::SCHEMA_SQL.as_bytes()).await?;
+            let work = tempfile::tempdir()?;
+            let signer = key_pair(&registry.cosign, &work.path().join("signer"), "pw")?;
+            let pinned = format!("{}/{repository}@{}", registry.host, pushed.digest);
+            run_ok(
+                "cosign sign",
+                &mut sign_command(&registry.cosign, work.path(), &signer, &pinned, true, None),
+            )?;
+            ns.create::<ConfigMap>(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "verification"},
+                "data": {"policy.yaml": key_policy(&signer.public_pem)},
+            }))
+            .await?;
+            let source = json!({
+                "oci": {"ociRef": format!("oci://{tagged}"), "transport": {"plainHTTP": true}},
+                "verificationPolicyFrom": {"name": "verification", "key": "policy.yaml"},
+            });
+            executor::schema_from(ns, db, "orders", source, policy).await?;
+            return Ok(Some(Signed {
+                registry,
+                work,
+                pinned,
+            }));
+        }
+    };
+    executor::schema_from(ns, db, "orders", source, policy).await?;
+    Ok(None)
+}
+
 async fn first_schema_waits_for_its_exact_approval(
     engine: Engine,
     test: &str,
+    from: From,
 ) -> anyhow::Result<()> {
     let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
     let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
-    executor::schema_under(&ns, &db, "orders", json!({"apply": "OnApproval"})).await?;
+    let signed = declare(&ns, &db, from, json!({"apply": "OnApproval"})).await?;
     let operator = Operator::start(&ns).await?;
 
-    let s = ns
-        .until(&PATIENCE, "orders", "AwaitingApproval", |s: &PtahSchema| {
-            phase(s) == Some(SchemaPhase::AwaitingApproval)
-        })
+    let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
+    let mut s = ns
+        .until(&PATIENCE, "orders", "AwaitingApproval", awaiting)
         .await
         .with_context(|| operator.log())?;
+    if let Some(signed) = &signed {
+        // The same bytes signed by someone else are another plan.
+        let first = plan_of(&s)?;
+        signed.resign(&ns, "second").await?;
+        s = ns
+            .until(
+                &PATIENCE,
+                "orders",
+                "the plan of the new signer",
+                |s: &PtahSchema| awaiting(s) && plan_uid(s).is_some_and(|u| u != first.uid),
+            )
+            .await
+            .with_context(|| operator.log())?;
+        let second = plan_of(&s)?;
+        assert_ne!(second.fingerprint, first.fingerprint);
+        assert_eq!(second.content_digest, first.content_digest, "the same SQL");
+    }
     let plan = plan_of(&s)?;
     assert!(plan.approval_required, "{plan:?}");
     assert_eq!(
@@ -240,13 +388,65 @@ async fn first_schema_waits_for_its_exact_approval(
 #[tokio::test]
 async fn a_first_schema_under_on_approval_converges_only_after_its_exact_approval_on_postgresql()
 -> anyhow::Result<()> {
-    first_schema_waits_for_its_exact_approval(Engine::Postgres, "approval-pg").await
+    first_schema_waits_for_its_exact_approval(Engine::Postgres, "approval-pg", From::ConfigMap)
+        .await
 }
 
 #[tokio::test]
 async fn a_first_schema_under_on_approval_converges_only_after_its_exact_approval_on_mariadb()
 -> anyhow::Result<()> {
-    first_schema_waits_for_its_exact_approval(Engine::MariaDb, "approval-maria").await
+    first_schema_waits_for_its_exact_approval(Engine::MariaDb, "approval-maria", From::ConfigMap)
+        .await
+}
+
+#[tokio::test]
+async fn a_first_schema_from_a_git_branch_converges_after_its_approval_on_postgresql()
+-> anyhow::Result<()> {
+    first_schema_waits_for_its_exact_approval(Engine::Postgres, "branch-pg", From::GitBranch).await
+}
+
+#[tokio::test]
+async fn a_first_schema_from_a_git_branch_converges_after_its_approval_on_mariadb()
+-> anyhow::Result<()> {
+    first_schema_waits_for_its_exact_approval(Engine::MariaDb, "branch-maria", From::GitBranch)
+        .await
+}
+
+#[tokio::test]
+async fn a_first_schema_from_a_git_tag_converges_after_its_approval_on_postgresql()
+-> anyhow::Result<()> {
+    first_schema_waits_for_its_exact_approval(Engine::Postgres, "tag-pg", From::GitTag).await
+}
+
+#[tokio::test]
+async fn a_first_schema_from_a_git_tag_converges_after_its_approval_on_mariadb()
+-> anyhow::Result<()> {
+    first_schema_waits_for_its_exact_approval(Engine::MariaDb, "tag-maria", From::GitTag).await
+}
+
+#[tokio::test]
+async fn a_first_schema_from_a_commit_by_id_converges_after_its_approval_on_postgresql()
+-> anyhow::Result<()> {
+    first_schema_waits_for_its_exact_approval(Engine::Postgres, "commit-pg", From::GitCommit).await
+}
+
+#[tokio::test]
+async fn a_first_schema_from_a_commit_by_id_converges_after_its_approval_on_mariadb()
+-> anyhow::Result<()> {
+    first_schema_waits_for_its_exact_approval(Engine::MariaDb, "commit-maria", From::GitCommit)
+        .await
+}
+
+#[tokio::test]
+async fn a_first_schema_from_a_signed_oci_artifact_converges_after_its_approval_on_postgresql()
+-> anyhow::Result<()> {
+    first_schema_waits_for_its_exact_approval(Engine::Postgres, "oci-pg", From::Oci).await
+}
+
+#[tokio::test]
+async fn a_first_schema_from_a_signed_oci_artifact_converges_after_its_approval_on_mariadb()
+-> anyhow::Result<()> {
+    first_schema_waits_for_its_exact_approval(Engine::MariaDb, "oci-maria", From::Oci).await
 }
 
 fn stalled_reason(s: &PtahSchema) -> Option<Reason> {

@@ -56,19 +56,32 @@ pub async fn schema_under(
     name: &str,
     policy: Value,
 ) -> anyhow::Result<()> {
-    db.secret(ns, &format!("{name}-db")).await?;
     ns.create::<k8s_openapi::api::core::v1::ConfigMap>(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": format!("{name}-schema")},
         "data": {"schema.sql": SCHEMA_SQL},
     }))
     .await?;
+    let source = json!({"configMap": {"name": format!("{name}-schema"), "keys": ["schema.sql"]}});
+    schema_from(ns, db, name, source, policy).await
+}
+
+/// The Secret `<name>-db` and the PtahSchema `name` reading `spec.source` =
+/// `source` under `spec.policy` = `policy`.
+pub async fn schema_from(
+    ns: &TestNamespace,
+    db: &TestDatabase,
+    name: &str,
+    source: Value,
+    policy: Value,
+) -> anyhow::Result<()> {
+    db.secret(ns, &format!("{name}-db")).await?;
     let obj = json!({
         "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
         "metadata": {"name": name},
         "spec": {
             "target": target(db, name),
-            "source": {"configMap": {"name": format!("{name}-schema"), "keys": ["schema.sql"]}},
+            "source": source,
             "policy": policy,
             "execution": {"failureRetryInterval": "5s"},
         },

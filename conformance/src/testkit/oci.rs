@@ -391,8 +391,19 @@ fn oci_url(tagged: &str) -> String {
 /// not `schema` byte for byte ([`pull_schema`] reads it back). Only the
 /// named tag is written. Answers the manifest digest the CLI printed.
 pub async fn push_schema(tagged: &str, schema: &[u8]) -> anyhow::Result<Pushed> {
+    push_schema_file(tagged, "schema.hcl", schema).await
+}
+
+/// [`push_schema`] of a file named `file_name`, whose extension tells the CLI
+/// what it holds (`schema.sql`: SQL DDL, rendered as the same canonical
+/// `schema.hcl`).
+pub async fn push_schema_file(
+    tagged: &str,
+    file_name: &str,
+    schema: &[u8],
+) -> anyhow::Result<Pushed> {
     let scratch = Scratch::new()?;
-    let file = scratch.0.join("schema.hcl");
+    let file = scratch.0.join(file_name);
     std::fs::write(&file, schema)?;
     let url = oci_url(tagged);
     let out = ptah(
