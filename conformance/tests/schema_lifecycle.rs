@@ -25,6 +25,9 @@
 //!   new plan's `PlanPublished` names the old one as `replaced`, a
 //!   `PlanStale` Warning says which, an approval of the old plan is refused
 //!   at admission and runs nothing, and the new plan's approval converges.
+//! * The Apply Pod deleted mid-run (its statement waiting on a lock a test
+//!   session holds): `ApplyOutcomeUnknown`, then the proof, then a new plan
+//!   and `InSync`, and never a replay: no two Apply Jobs carry one plan.
 
 use std::time::Duration;
 
@@ -817,4 +820,194 @@ async fn an_edit_while_awaiting_approval_retires_the_plan_and_its_approval_on_po
 async fn an_edit_while_awaiting_approval_retires_the_plan_and_its_approval_on_mariadb()
 -> anyhow::Result<()> {
     edit_retires_the_awaited_plan(Engine::MariaDb, "stale-maria").await
+}
+
+/// The operation ids of the namespace's Apply Jobs, one per Job.
+async fn apply_operations(ns: &TestNamespace) -> anyhow::Result<Vec<String>> {
+    let jobs = ns
+        .api::<k8s_openapi::api::batch::v1::Job>()
+        .list(&ListParams::default())
+        .await?;
+    Ok(jobs
+        .items
+        .iter()
+        .filter(|j| {
+            j.labels()
+                .get("operator.ptah.run/operation")
+                .map(String::as_str)
+                == Some("apply")
+        })
+        .filter_map(|j| {
+            j.annotations()
+                .get("operator.ptah.run/operation-id")
+                .cloned()
+        })
+        .collect())
+}
+
+/// A session that holds `orders` against any ALTER for a while.
+fn lock_orders(db: &TestDatabase, engine: Engine) -> anyhow::Result<std::process::Child> {
+    db.spawn_sql(match engine {
+        Engine::Postgres => {
+            "BEGIN; LOCK TABLE orders IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(20); COMMIT;"
+        }
+        Engine::MariaDb => "LOCK TABLES orders WRITE; SELECT SLEEP(20); UNLOCK TABLES;",
+    })
+}
+
+/// Approves the plan `s` awaits.
+async fn approve(ns: &TestNamespace, s: &PtahSchema, name: &str) -> anyhow::Result<()> {
+    let plan = plan_of(s)?;
+    create_approval(ns, approval(name, s, &plan, &plan.fingerprint)).await?;
+    Ok(())
+}
+
+async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
+    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
+    executor::schema_under(&ns, &db, "orders", json!({"apply": "OnApproval"})).await?;
+    let operator = Operator::start(&ns).await?;
+    let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
+    let s = ns
+        .until(&PATIENCE, "orders", "AwaitingApproval", awaiting)
+        .await
+        .with_context(|| operator.log())?;
+    approve(&ns, &s, "first").await?;
+    let s = ns
+        .until(&PATIENCE, "orders", "InSync", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::InSync)
+        })
+        .await
+        .with_context(|| operator.log())?;
+    let first = applied_plan(&s);
+
+    // A new column planned and awaiting approval; then a session takes the
+    // table, the approval starts the Apply, whose ALTER waits on the lock.
+    ns.set_config_map_key(
+        "orders-schema",
+        "schema.sql",
+        &orders(&["  note varchar(32)"]),
+    )
+    .await?;
+    let s = ns
+        .until(
+            &PATIENCE,
+            "orders",
+            "the new column awaiting",
+            |s: &PtahSchema| awaiting(s) && plan_uid(s) != first,
+        )
+        .await
+        .with_context(|| operator.log())?;
+    let mut lock = lock_orders(&db, engine)?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    approve(&ns, &s, "second").await?;
+    let pod = PATIENCE
+        .poll("the second Apply's Pod running", || async {
+            // The first Apply's Pod has ended: a running one is the second's.
+            let pods = ns.api::<Pod>().list(&ListParams::default()).await?;
+            anyhow::Ok(pods.items.into_iter().find(|p| {
+                p.name_any().starts_with("ptah-apply-")
+                    && p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running")
+            }))
+        })
+        .await
+        .with_context(|| operator.log())?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ns.api::<Pod>()
+        .delete(&pod.name_any(), &Default::default())
+        .await?;
+
+    let s = ns
+        .until(
+            &PATIENCE,
+            "orders",
+            "the outcome unknown",
+            |s: &PtahSchema| {
+                entry(s, JournalEntryType::ApplyFinished)
+                    .is_ok_and(|e| e.reason == Some(Reason::ApplyOutcomeUnknown))
+            },
+        )
+        .await
+        .with_context(|| operator.log())?;
+    let unknown = entry(&s, JournalEntryType::ApplyFinished)?;
+    let _ = lock.kill();
+    let _ = lock.wait();
+
+    // The proof reads the database again: either the ALTER did commit
+    // (ConvergedAfterUnknownOutcome), or changes remain and a new plan
+    // waits for its own approval and its own Apply.
+    let proved = ns
+        .until(&PATIENCE, "orders", "the proof", |s: &PtahSchema| {
+            s.status.as_ref().is_some_and(|st| {
+                st.journal.iter().any(|e| {
+                    e.type_ == JournalEntryType::Verified && e.operation_id == unknown.operation_id
+                })
+            }) && matches!(
+                phase(s),
+                Some(SchemaPhase::InSync | SchemaPhase::AwaitingApproval)
+            )
+        })
+        .await
+        .with_context(|| operator.log())?;
+    let settled = if phase(&proved) == Some(SchemaPhase::AwaitingApproval) {
+        assert_ne!(
+            plan_uid(&proved),
+            unknown.plan_uid.clone().filter(|_| false)
+        );
+        approve(&ns, &proved, "third").await?;
+        ns.until(
+            &PATIENCE,
+            "orders",
+            "InSync after the new plan",
+            |s: &PtahSchema| phase(s) == Some(SchemaPhase::InSync),
+        )
+        .await
+        .with_context(|| operator.log())?
+    } else {
+        assert_eq!(
+            condition(&proved, SchemaConditionType::InSync),
+            Some((ConditionStatus::True, Reason::ConvergedAfterUnknownOutcome)),
+            "{:?}",
+            proved.status.as_ref().map(|st| st
+                .journal
+                .iter()
+                .map(|e| (e.type_, e.reason, e.outcome, e.operation_id.clone()))
+                .collect::<Vec<_>>())
+        );
+        proved
+    };
+    // Never a replay: the unknown Apply's claim had one Job, and every
+    // Apply Job is a claim of its own.
+    let ops = apply_operations(&ns).await?;
+    let unknown_op = unknown
+        .operation_id
+        .clone()
+        .context("the Apply's operation")?;
+    assert_eq!(
+        ops.iter().filter(|o| **o == unknown_op).count(),
+        1,
+        "{ops:?}"
+    );
+    let mut distinct = ops.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), ops.len(), "{ops:?}");
+    assert_eq!(phase(&settled), Some(SchemaPhase::InSync));
+    assert_eq!(db.columns("orders")?.len(), 3);
+    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
+    drop(operator);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_apply_pod_deleted_mid_run_is_proved_and_never_replayed_on_postgresql()
+-> anyhow::Result<()> {
+    apply_pod_deleted(Engine::Postgres, "podgone-pg").await
+}
+
+#[tokio::test]
+async fn an_apply_pod_deleted_mid_run_is_proved_and_never_replayed_on_mariadb() -> anyhow::Result<()>
+{
+    apply_pod_deleted(Engine::MariaDb, "podgone-maria").await
 }

@@ -127,12 +127,39 @@ impl TestDatabase {
         }
     }
 
+    /// Runs `sql` with the engine's client in the background: a session
+    /// that holds a lock while the test acts. Kill or wait for it.
+    pub fn spawn_sql(&self, sql: &str) -> anyhow::Result<std::process::Child> {
+        self.command(sql, true)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("starting the database client")
+    }
+
     fn client(&self, sql: &str, rows: bool) -> anyhow::Result<String> {
+        let password = self.url.password().unwrap_or_default().to_string();
+        let out = self
+            .command(sql, rows)
+            .output()
+            .context("running the database client")?;
+        if !out.status.success() {
+            bail!(
+                "{} on {} failed: {}",
+                sql.chars().take(80).collect::<String>(),
+                self.name,
+                String::from_utf8_lossy(&out.stderr).replace(&password, "***")
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn command(&self, sql: &str, rows: bool) -> Command {
         let host = self.url.host_str().unwrap_or("127.0.0.1").to_string();
         let port = self.url.port().map(|p| p.to_string()).unwrap_or_default();
         let user = self.url.username().to_string();
         let password = self.url.password().unwrap_or_default().to_string();
-        let mut cmd = match self.engine {
+        match self.engine {
             Engine::Postgres => {
                 let mut c = Command::new("psql");
                 c.args(["-X", "-q", "-v", "ON_ERROR_STOP=1"]);
@@ -155,17 +182,7 @@ impl TestDatabase {
                     .env("MYSQL_PWD", &password);
                 c
             }
-        };
-        let out = cmd.output().context("running the database client")?;
-        if !out.status.success() {
-            bail!(
-                "{} on {} failed: {}",
-                sql.chars().take(80).collect::<String>(),
-                self.name,
-                String::from_utf8_lossy(&out.stderr).replace(&password, "***")
-            );
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// The tables of the database's default schema, sorted.

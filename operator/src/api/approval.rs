@@ -268,8 +268,17 @@ pub trait Approval:
     fn approver(&self) -> Option<&Identity>;
     /// When admission stamped it.
     fn approved_at(&self) -> Option<&Time>;
+    /// Its status.
+    fn status(&self) -> Option<&ApprovalStatus>;
     /// Its status, to edit.
     fn status_mut(&mut self) -> &mut Option<ApprovalStatus>;
+    /// An Apply spent it at its dispatch (`Consumed=True`): it authorizes
+    /// nothing more, not even the same plan published again.
+    fn consumed(&self) -> bool {
+        self.status().is_some_and(|st| {
+            crate::api::conditions::is_true(&st.conditions, ApprovalConditionType::Consumed)
+        })
+    }
 }
 
 /// Implements [`Approval`] on an approval kind by the field naming its
@@ -291,6 +300,9 @@ macro_rules! approval {
             }
             fn approved_at(&self) -> Option<&Time> {
                 self.spec.approved_at.as_ref()
+            }
+            fn status(&self) -> Option<&ApprovalStatus> {
+                self.status.as_ref()
             }
             fn status_mut(&mut self) -> &mut Option<ApprovalStatus> {
                 &mut self.status

@@ -454,6 +454,7 @@ impl<F: Family> Pass<'_, F> {
                         && a.plan_ref().uid == plan_uid
                         && a.plan_fingerprint() == fingerprint
                         && a.meta().deletion_timestamp.is_none()
+                        && !a.consumed()
                 });
                 if let Some(a) = found {
                     obs.push(

@@ -316,6 +316,15 @@ pub fn apply_entry(type_: JournalEntryType, c: &ActiveOperation, now: &Time) -> 
     e
 }
 
+/// Whether the journal records an Apply spending the approval `uid`: a
+/// spent approval authorizes nothing more, even the same plan published
+/// again after a proof found its changes remaining.
+pub fn spent_in(journal: &[JournalEntry], uid: &str) -> bool {
+    journal.iter().any(|e| {
+        e.type_ == JournalEntryType::ApprovalAccepted && e.approval_uid.as_deref() == Some(uid)
+    })
+}
+
 /// The journal entry of operation `op` failing for `reason`.
 pub fn operation_failed(op: OperationType, reason: Reason, now: &Time) -> JournalEntry {
     let mut e = JournalEntry::new(JournalEntryType::OperationFailed, now.clone());

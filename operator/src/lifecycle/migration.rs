@@ -1091,10 +1091,7 @@ impl Machine<'_> {
             .last_run
             .as_ref()
             .is_some_and(|r| r.approval_uid.as_deref() == Some(uid))
-            || self.st.journal.iter().any(|e| {
-                e.type_ == JournalEntryType::ApprovalAccepted
-                    && e.approval_uid.as_deref() == Some(uid)
-            })
+            || common::spent_in(&self.st.journal, uid)
     }
 
     fn approval_exists(&mut self, seen: &ApprovalSeen) {

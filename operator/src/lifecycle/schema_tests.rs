@@ -530,6 +530,29 @@ fn awaiting_approval_goes_straight_to_applying() {
 }
 
 #[test]
+fn a_spent_approval_of_the_plan_published_again_authorizes_nothing() {
+    let mut s = awaiting_approval();
+    run(
+        &mut s,
+        Observation::ApprovalExists(approval_of(&plan(1))),
+        6,
+    );
+    run(&mut s, lease(2), 7);
+    // The Apply's outcome is unknown and its proof finds the same changes:
+    // the same plan is published again and awaits a new approval.
+    let mut again = awaiting_approval();
+    again.status.as_mut().expect("status").journal = st(&s).journal.clone();
+    let fx = run(
+        &mut again,
+        Observation::ApprovalExists(approval_of(&plan(1))),
+        8,
+    );
+    assert_eq!(phase(&again), Some(SchemaPhase::AwaitingApproval));
+    assert!(claim(&again).is_none());
+    assert!(!fx.iter().any(|e| matches!(e, Effect::AcquireLease { .. })));
+}
+
+#[test]
 fn approval_of_a_replaced_plan_authorizes_nothing() {
     let mut s = awaiting_approval();
     let fx = run(

@@ -14,10 +14,22 @@ impl Machine<'_> {
             .plan
             .as_ref()
             .is_some_and(|p| p.uid == seen.plan_uid && p.fingerprint == seen.plan_fingerprint);
-        if !current || self.schema.spec.suspend {
+        if !current || self.schema.spec.suspend || self.approval_spent(&seen.uid) {
             return;
         }
         self.claim_apply(Some(seen));
+    }
+
+    /// An Apply already spent the approval: the journal says so, or what the
+    /// last confirmed Apply ran.
+    fn approval_spent(&self, uid: &str) -> bool {
+        common::spent_in(&self.st.journal, uid)
+            || self
+                .st
+                .applied
+                .as_ref()
+                .and_then(|a| a.approval.as_ref())
+                .is_some_and(|a| a.uid == uid)
     }
 
     /// Claims the Apply of the current plan: every gate holds.
