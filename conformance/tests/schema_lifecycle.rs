@@ -388,70 +388,6 @@ async fn first_schema_waits_for_its_exact_approval(
     Ok(())
 }
 
-#[tokio::test]
-async fn a_first_schema_under_on_approval_converges_only_after_its_exact_approval_on_postgresql()
--> anyhow::Result<()> {
-    first_schema_waits_for_its_exact_approval(Engine::Postgres, "approval-pg", From::ConfigMap)
-        .await
-}
-
-#[tokio::test]
-async fn a_first_schema_under_on_approval_converges_only_after_its_exact_approval_on_mariadb()
--> anyhow::Result<()> {
-    first_schema_waits_for_its_exact_approval(Engine::MariaDb, "approval-maria", From::ConfigMap)
-        .await
-}
-
-#[tokio::test]
-async fn a_first_schema_from_a_git_branch_converges_after_its_approval_on_postgresql()
--> anyhow::Result<()> {
-    first_schema_waits_for_its_exact_approval(Engine::Postgres, "branch-pg", From::GitBranch).await
-}
-
-#[tokio::test]
-async fn a_first_schema_from_a_git_branch_converges_after_its_approval_on_mariadb()
--> anyhow::Result<()> {
-    first_schema_waits_for_its_exact_approval(Engine::MariaDb, "branch-maria", From::GitBranch)
-        .await
-}
-
-#[tokio::test]
-async fn a_first_schema_from_a_git_tag_converges_after_its_approval_on_postgresql()
--> anyhow::Result<()> {
-    first_schema_waits_for_its_exact_approval(Engine::Postgres, "tag-pg", From::GitTag).await
-}
-
-#[tokio::test]
-async fn a_first_schema_from_a_git_tag_converges_after_its_approval_on_mariadb()
--> anyhow::Result<()> {
-    first_schema_waits_for_its_exact_approval(Engine::MariaDb, "tag-maria", From::GitTag).await
-}
-
-#[tokio::test]
-async fn a_first_schema_from_a_commit_by_id_converges_after_its_approval_on_postgresql()
--> anyhow::Result<()> {
-    first_schema_waits_for_its_exact_approval(Engine::Postgres, "commit-pg", From::GitCommit).await
-}
-
-#[tokio::test]
-async fn a_first_schema_from_a_commit_by_id_converges_after_its_approval_on_mariadb()
--> anyhow::Result<()> {
-    first_schema_waits_for_its_exact_approval(Engine::MariaDb, "commit-maria", From::GitCommit)
-        .await
-}
-
-#[tokio::test]
-async fn a_first_schema_from_a_signed_oci_artifact_converges_after_its_approval_on_postgresql()
--> anyhow::Result<()> {
-    first_schema_waits_for_its_exact_approval(Engine::Postgres, "oci-pg", From::Oci).await
-}
-
-#[tokio::test]
-async fn a_first_schema_from_a_signed_oci_artifact_converges_after_its_approval_on_mariadb()
--> anyhow::Result<()> {
-    first_schema_waits_for_its_exact_approval(Engine::MariaDb, "oci-maria", From::Oci).await
-}
-
 fn stalled_reason(s: &PtahSchema) -> Option<Reason> {
     (phase(s) == Some(SchemaPhase::Blocked))
         .then(|| condition(s, SchemaConditionType::Stalled).map(|c| c.1))
@@ -586,16 +522,6 @@ async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test]
-async fn policies_hold_on_real_plans_on_postgresql() -> anyhow::Result<()> {
-    policies_hold(Engine::Postgres, "policy-pg").await
-}
-
-#[tokio::test]
-async fn policies_hold_on_real_plans_on_mariadb() -> anyhow::Result<()> {
-    policies_hold(Engine::MariaDb, "policy-maria").await
-}
-
 fn generation_seen(s: &PtahSchema) -> bool {
     s.status.as_ref().and_then(|st| st.observed_generation) == s.metadata.generation
 }
@@ -714,18 +640,6 @@ async fn drift_by_hand(engine: Engine, test: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test]
-async fn drift_made_by_hand_is_planned_at_a_read_request_and_at_the_interval_on_postgresql()
--> anyhow::Result<()> {
-    drift_by_hand(Engine::Postgres, "drift-pg").await
-}
-
-#[tokio::test]
-async fn drift_made_by_hand_is_planned_at_a_read_request_and_at_the_interval_on_mariadb()
--> anyhow::Result<()> {
-    drift_by_hand(Engine::MariaDb, "drift-maria").await
-}
-
 /// The reasons of the Events about `name`.
 async fn event_reasons(ns: &TestNamespace, name: &str) -> anyhow::Result<Vec<(String, String)>> {
     let events = ns
@@ -808,18 +722,6 @@ async fn edit_retires_the_awaited_plan(engine: Engine, test: &str) -> anyhow::Re
     ns.delete_all::<PtahSchema>(&PATIENCE).await?;
     drop(operator);
     Ok(())
-}
-
-#[tokio::test]
-async fn an_edit_while_awaiting_approval_retires_the_plan_and_its_approval_on_postgresql()
--> anyhow::Result<()> {
-    edit_retires_the_awaited_plan(Engine::Postgres, "stale-pg").await
-}
-
-#[tokio::test]
-async fn an_edit_while_awaiting_approval_retires_the_plan_and_its_approval_on_mariadb()
--> anyhow::Result<()> {
-    edit_retires_the_awaited_plan(Engine::MariaDb, "stale-maria").await
 }
 
 /// The operation ids of the namespace's Apply Jobs, one per Job.
@@ -1000,14 +902,69 @@ async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test]
-async fn an_apply_pod_deleted_mid_run_is_proved_and_never_replayed_on_postgresql()
--> anyhow::Result<()> {
-    apply_pod_deleted(Engine::Postgres, "podgone-pg").await
+/// Two tests of `$f`: `$name::on_postgresql` and `$name::on_mariadb`, each
+/// in a namespace named after `$label` and its engine.
+macro_rules! on_both_engines {
+    ($name:ident, $label:literal, $f:ident $(, $arg:expr)?) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test]
+            async fn on_postgresql() -> anyhow::Result<()> {
+                $f(Engine::Postgres, concat!($label, "-pg") $(, $arg)?).await
+            }
+
+            #[tokio::test]
+            async fn on_mariadb() -> anyhow::Result<()> {
+                $f(Engine::MariaDb, concat!($label, "-maria") $(, $arg)?).await
+            }
+        }
+    };
 }
 
-#[tokio::test]
-async fn an_apply_pod_deleted_mid_run_is_proved_and_never_replayed_on_mariadb() -> anyhow::Result<()>
-{
-    apply_pod_deleted(Engine::MariaDb, "podgone-maria").await
-}
+on_both_engines!(
+    a_first_schema_under_on_approval_converges_only_after_its_exact_approval,
+    "approval",
+    first_schema_waits_for_its_exact_approval,
+    From::ConfigMap
+);
+on_both_engines!(
+    a_first_schema_from_a_git_branch_converges_after_its_approval,
+    "branch",
+    first_schema_waits_for_its_exact_approval,
+    From::GitBranch
+);
+on_both_engines!(
+    a_first_schema_from_a_git_tag_converges_after_its_approval,
+    "tag",
+    first_schema_waits_for_its_exact_approval,
+    From::GitTag
+);
+on_both_engines!(
+    a_first_schema_from_a_commit_by_id_converges_after_its_approval,
+    "commit",
+    first_schema_waits_for_its_exact_approval,
+    From::GitCommit
+);
+on_both_engines!(
+    a_first_schema_from_a_signed_oci_artifact_converges_after_its_approval,
+    "oci",
+    first_schema_waits_for_its_exact_approval,
+    From::Oci
+);
+on_both_engines!(policies_hold_on_real_plans, "policy", policies_hold);
+on_both_engines!(
+    drift_made_by_hand_is_planned_at_a_read_request_and_at_the_interval,
+    "drift",
+    drift_by_hand
+);
+on_both_engines!(
+    an_edit_while_awaiting_approval_retires_the_plan_and_its_approval,
+    "stale",
+    edit_retires_the_awaited_plan
+);
+on_both_engines!(
+    an_apply_pod_deleted_mid_run_is_proved_and_never_replayed,
+    "podgone",
+    apply_pod_deleted
+);

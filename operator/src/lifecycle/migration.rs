@@ -1530,17 +1530,11 @@ impl Machinery for Machine<'_> {
     }
 
     fn running(&self) -> Running {
-        match self.claim_ref() {
-            None if self.phase() == Some(P::VerifyingHistory) => Running::ApplyOrProof,
-            None => Running::Nothing,
-            Some(c) if !is_read(c.type_) || self.proof_read() => Running::ApplyOrProof,
-            Some(c) if c.retry_not_before.is_some() && !c.dispatch_started => {
-                Running::ReadBetweenAttempts {
-                    retry_due: self.due(c.retry_not_before.as_ref()),
-                }
-            }
-            Some(_) => Running::ReadUnderWay,
+        // The run ended and the read that proves it is owed.
+        if self.claim_ref().is_none() && self.phase() == Some(P::VerifyingHistory) {
+            return Running::ApplyOrProof;
         }
+        self.running_claim(self.proof_read())
     }
 
     /// Drops the claim, staging the release of any Lease it holds.

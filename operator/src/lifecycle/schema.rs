@@ -669,16 +669,7 @@ impl Machinery for Machine<'_> {
     }
 
     fn running(&self) -> Running {
-        match &self.st.active_operation {
-            None => Running::Nothing,
-            Some(c) if !is_read(c.type_) || self.proof_owed() => Running::ApplyOrProof,
-            Some(c) if c.retry_not_before.is_some() && !c.dispatch_started => {
-                Running::ReadBetweenAttempts {
-                    retry_due: self.due(c.retry_not_before.as_ref()),
-                }
-            }
-            Some(_) => Running::ReadUnderWay,
-        }
+        self.running_claim(self.proof_owed())
     }
 
     /// Drops the claim, staging the release of any Lease it holds. An Apply

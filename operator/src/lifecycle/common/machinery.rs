@@ -114,6 +114,22 @@ pub trait Machinery {
     fn blocked_reason(&self) -> Option<Reason>;
     /// What runs, as a read request sees it.
     fn running(&self) -> Running;
+
+    /// What runs when the claim's read is (`proof`) or is not the one that
+    /// proves an Apply: an Apply and its proof, a read between two attempts
+    /// (its retry due or not), or a read under way.
+    fn running_claim(&self, proof: bool) -> Running {
+        match self.claim_ref() {
+            None => Running::Nothing,
+            Some(c) if c.type_ == OperationType::Apply || proof => Running::ApplyOrProof,
+            Some(c) if c.retry_not_before.is_some() && !c.dispatch_started => {
+                Running::ReadBetweenAttempts {
+                    retry_due: self.due(c.retry_not_before.as_ref()),
+                }
+            }
+            Some(_) => Running::ReadUnderWay,
+        }
+    }
     /// Whether `op` takes the realm Lease before its Job.
     fn takes_lease(op: OperationType) -> bool;
     /// Drops the claim, staging the release of any Lease it holds.
