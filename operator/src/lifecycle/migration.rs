@@ -527,13 +527,6 @@ impl Machine<'_> {
         self.settle(P::Reading, Reason::OperationInProgress, "");
     }
 
-    fn enter_suspended(&mut self) {
-        if self.phase() != Some(P::Suspended) {
-            self.event(false, Reason::Suspended, "spec.suspend: no new Jobs");
-        }
-        self.settle(P::Suspended, Reason::Suspended, "spec.suspend");
-    }
-
     // ----- the machine ------------------------------------------------------
 
     fn observe(&mut self, o: &Observation) {
@@ -1544,29 +1537,6 @@ impl Machinery for Machine<'_> {
         Some(claim)
     }
 
-    /// Starts the read the interval starts: Resolve (a Job for Git and OCI;
-    /// the snapshot for a ConfigMap, which shows Reading, never Resolving).
-    fn start_read(&mut self) {
-        if self.m.spec.suspend {
-            self.enter_suspended();
-            return;
-        }
-        self.st.next_reconciliation_time = None;
-        match self.source_kind() {
-            Some(SourceKind::ConfigMap) => {
-                // The phase moves with the snapshot's write.
-                self.fx.push(Effect::TakeSnapshot);
-                self.kstatus(Health::Progressing, Reason::Refreshing, "");
-            }
-            Some(_) => {
-                let claim = self.new_claim(OperationType::Resolve, None);
-                self.claim(claim);
-                self.settle(P::Resolving, Reason::OperationInProgress, "");
-            }
-            None => self.fail_idle(Reason::ConfigurationError, "spec.source selects no source"),
-        }
-    }
-
     fn journal(&mut self, entry: JournalEntry) {
         let pending = self.st.plan.as_ref().map(|p| p.uid.clone());
         journal::append(
@@ -1577,6 +1547,13 @@ impl Machinery for Machine<'_> {
                 pending_plan_uid: pending.as_deref(),
             },
         );
+    }
+
+    fn enter_suspended(&mut self) {
+        if self.phase() != Some(P::Suspended) {
+            self.event(false, Reason::Suspended, "spec.suspend: no new Jobs");
+        }
+        self.settle(P::Suspended, Reason::Suspended, "spec.suspend");
     }
 
     /// Only an Apply takes the realm Lease: History mutates nothing.

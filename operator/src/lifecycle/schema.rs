@@ -697,30 +697,6 @@ impl Machinery for Machine<'_> {
         Some(claim)
     }
 
-    /// Starts the read the interval starts: Resolve (a Job for Git and OCI;
-    /// the snapshot for a ConfigMap, which shows Observing, never Resolving).
-    fn start_read(&mut self) {
-        if self.schema.spec.suspend {
-            self.settle(SchemaPhase::Suspended, Reason::Suspended, "spec.suspend");
-            return;
-        }
-        match self.source_kind() {
-            Some(SourceKind::ConfigMap) => {
-                // The phase moves with the snapshot's write; the conditions
-                // say now that work is under way for this generation.
-                self.fx.push(Effect::TakeSnapshot);
-                self.st.next_reconciliation_time = None;
-                self.kstatus(Health::Progressing, Reason::Refreshing, "");
-            }
-            Some(_) => {
-                let claim = self.new_claim(OperationType::Resolve, None);
-                self.claim(claim);
-                self.settle(SchemaPhase::Resolving, Reason::OperationInProgress, "");
-            }
-            None => self.fail_idle(Reason::ConfigurationError, "spec.source selects no source"),
-        }
-    }
-
     fn journal(&mut self, entry: JournalEntry) {
         // An Apply that ended carried the plan out: its entries lose their hold.
         let pending = self
@@ -742,6 +718,10 @@ impl Machinery for Machine<'_> {
                 pending_plan_uid: pending.as_deref(),
             },
         );
+    }
+
+    fn enter_suspended(&mut self) {
+        self.settle(SchemaPhase::Suspended, Reason::Suspended, "spec.suspend");
     }
 
     /// Plan and Apply take the realm Lease; a proof's Plan runs under the

@@ -68,6 +68,8 @@ pub trait Machinery {
     const ARTIFACT_RESOLVED: Self::Cond;
     /// A Job evaluates the verification policy.
     const VERIFYING: Self::Phase;
+    /// A Job reads the Git or OCI source.
+    const RESOLVING: Self::Phase;
 
     // ----- accessors (machinery!) -------------------------------------------
 
@@ -134,8 +136,33 @@ pub trait Machinery {
     fn takes_lease(op: OperationType) -> bool;
     /// Drops the claim, staging the release of any Lease it holds.
     fn drop_claim(&mut self) -> Option<ActiveOperation>;
-    /// Starts the read the interval starts.
-    fn start_read(&mut self);
+    /// `spec.suspend` holds and no claim is left: `Suspended`.
+    fn enter_suspended(&mut self);
+
+    /// Starts the read the interval starts: Resolve (a Job for Git and OCI;
+    /// the snapshot for a ConfigMap, which shows the database read's phase,
+    /// never Resolving), unless the resource is suspended.
+    fn start_read(&mut self) {
+        if self.spec_common().suspend {
+            self.enter_suspended();
+            return;
+        }
+        *self.next_reconciliation() = None;
+        match self.source_kind() {
+            Some(SourceKind::ConfigMap) => {
+                // The phase moves with the snapshot's write; the conditions
+                // say now that work is under way for this generation.
+                self.effects().push(Shared::TakeSnapshot.into());
+                self.kstatus(Health::Progressing, Reason::Refreshing, "");
+            }
+            Some(_) => {
+                let claim = self.new_claim(OperationType::Resolve, None);
+                self.claim(claim);
+                self.settle(Self::RESOLVING, Reason::OperationInProgress, "");
+            }
+            None => self.fail_idle(Reason::ConfigurationError, "spec.source selects no source"),
+        }
+    }
     /// Appends a journal entry.
     fn journal(&mut self, entry: JournalEntry);
     /// The new claim's inputs this family fills in beyond the common ones:
@@ -615,6 +642,7 @@ macro_rules! machinery {
         const BLOCKED: $phase = <$phase>::Blocked;
         const SUSPENDED: $phase = <$phase>::Suspended;
         const VERIFYING: $phase = <$phase>::Verifying;
+        const RESOLVING: $phase = <$phase>::Resolving;
         const ANSWERS_IN: &'static [$phase] = $answers;
         const KSTATUS: ($cond, $cond, $cond) = ($cond::Ready, $cond::Reconciling, $cond::Stalled);
         const RECONCILIATION_FAILED: $cond = $cond::ReconciliationFailed;
