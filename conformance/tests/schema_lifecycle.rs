@@ -28,6 +28,10 @@
 //! * The Apply Pod deleted mid-run (its statement waiting on a lock a test
 //!   session holds): `ApplyOutcomeUnknown`, then the proof, then a new plan
 //!   and `InSync`, and never a replay: no two Apply Jobs carry one plan.
+//! * The database unreachable (its Secret pointed at a port nothing listens
+//!   on): the read fails, is retried after `failureRetryInterval` under the
+//!   same claim, changes nothing, and the schema is `InSync` again once the
+//!   database is back.
 
 use std::time::Duration;
 
@@ -902,6 +906,109 @@ async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Points the Secret `orders-db` at `url`.
+async fn set_url(ns: &TestNamespace, url: &str) -> anyhow::Result<()> {
+    ns.api::<k8s_openapi::api::core::v1::Secret>()
+        .patch(
+            "orders-db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"url": url}})),
+        )
+        .await?;
+    Ok(())
+}
+
+fn failed_attempts(s: &PtahSchema) -> i32 {
+    s.status
+        .as_ref()
+        .map(|st| {
+            st.journal
+                .iter()
+                .filter(|e| e.type_ == JournalEntryType::OperationFailed)
+                .map(|e| e.count.unwrap_or(1))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+async fn database_unreachable(engine: Engine, test: &str) -> anyhow::Result<()> {
+    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
+    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
+    executor::schema(&ns, &db, "orders").await?;
+    let operator = Operator::start(&ns).await?;
+    ns.until(&PATIENCE, "orders", "InSync", |s: &PtahSchema| {
+        phase(s) == Some(SchemaPhase::InSync)
+    })
+    .await
+    .with_context(|| operator.log())?;
+    let applies = apply_jobs(&ns).await?;
+
+    // Nothing listens on port 1: every connection is refused.
+    let mut down = url::Url::parse(&db.url())?;
+    down.set_port(Some(1)).ok().context("a port")?;
+    set_url(&ns, down.as_str()).await?;
+    patch_spec(&ns, json!({"interval": "1h"})).await?;
+    let s = ns
+        .until(
+            &PATIENCE,
+            "orders",
+            "the read failed twice",
+            |s: &PtahSchema| phase(s) == Some(SchemaPhase::Failed) && failed_attempts(s) >= 2,
+        )
+        .await
+        .with_context(|| operator.log())?;
+    let claim = s
+        .status
+        .as_ref()
+        .and_then(|st| st.active_operation.clone())
+        .context("the claim stays for the next attempt")?;
+    assert_eq!(claim.type_, operator::api::status::OperationType::Observe);
+    assert!(
+        claim.attempt >= 2,
+        "retried under the same claim: {claim:?}"
+    );
+    assert_eq!(
+        condition(&s, SchemaConditionType::ReconciliationFailed).map(|c| c.0),
+        Some(ConditionStatus::True)
+    );
+    assert_eq!(
+        apply_jobs(&ns).await?,
+        applies,
+        "a failed read applies nothing"
+    );
+    assert_eq!(db.tables()?, ["orders"]);
+    // The failure says why without the URL's credentials.
+    let password = db.password();
+    let events = event_reasons(&ns, "orders").await?;
+    for (what, text) in [
+        ("status", serde_json::to_string(&s.status)?),
+        ("the manager's log", operator.log()),
+        ("the Events", format!("{events:?}")),
+    ] {
+        assert!(
+            !text.contains(&password),
+            "the database password is in {what}"
+        );
+    }
+
+    // Back: the next attempt reads it and finds nothing to do.
+    set_url(&ns, &db.url()).await?;
+    let s = ns
+        .until(&PATIENCE, "orders", "InSync again", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::InSync)
+        })
+        .await
+        .with_context(|| operator.log())?;
+    assert_eq!(
+        condition(&s, SchemaConditionType::ReconciliationFailed).map(|c| c.0),
+        Some(ConditionStatus::False)
+    );
+    assert_eq!(apply_jobs(&ns).await?, applies);
+    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
+    drop(operator);
+    Ok(())
+}
+
 /// Two tests of `$f`: `$name::on_postgresql` and `$name::on_mariadb`, each
 /// in a namespace named after `$label` and its engine.
 macro_rules! on_both_engines {
@@ -967,4 +1074,9 @@ on_both_engines!(
     an_apply_pod_deleted_mid_run_is_proved_and_never_replayed,
     "podgone",
     apply_pod_deleted
+);
+on_both_engines!(
+    an_unreachable_database_is_retried_and_recovers,
+    "dbdown",
+    database_unreachable
 );
