@@ -32,6 +32,10 @@
 //!   on): the read fails, is retried after `failureRetryInterval` under the
 //!   same claim, changes nothing, and the schema is `InSync` again once the
 //!   database is back.
+//! * The manager killed right after each durable write of an Apply's
+//!   dispatch (the claim, the Job create, its UID, the outcome) and started
+//!   again: one Job for the claim at most, the claim never lost, no second
+//!   Apply, and the schema `InSync`.
 
 use std::time::Duration;
 
@@ -1009,6 +1013,106 @@ async fn database_unreachable(engine: Engine, test: &str) -> anyhow::Result<()> 
     Ok(())
 }
 
+async fn killed_during_apply(
+    engine: Engine,
+    test: &str,
+    point: &'static str,
+) -> anyhow::Result<()> {
+    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
+    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
+    executor::schema(&ns, &db, "orders").await?;
+    let port = Some(free_port()?);
+    let mut killed = Manager::start(
+        &ns,
+        &ManagerSpec {
+            fault_point: Some(point),
+            fault_operation: Some("apply"),
+            port,
+            ..ManagerSpec::default()
+        },
+    )?;
+    let exit = killed.exited(Duration::from_secs(180)).await?;
+    assert_eq!(
+        exit.code(),
+        Some(86),
+        "stopped at {point}: {}",
+        killed.log()
+    );
+    let s = ns.api::<PtahSchema>().get("orders").await?;
+    let st = s.status.as_ref().context("status")?;
+    let operation = if point == "after-outcome" {
+        // The Apply's end is written: its proof is owed, no Apply claim.
+        let finished = entry(&s, JournalEntryType::ApplyFinished)?;
+        finished.operation_id.context("the Apply's operation")?
+    } else {
+        let claim = st.active_operation.clone().context("the Apply claim")?;
+        assert_eq!(claim.type_, operator::api::status::OperationType::Apply);
+        assert!(claim.dispatch_started, "dispatchStarted precedes the Job");
+        claim.operation_id
+    };
+
+    let manager = Manager::start(
+        &ns,
+        &ManagerSpec {
+            port,
+            ..ManagerSpec::default()
+        },
+    )?;
+    let s = ns
+        .until(
+            &PATIENCE,
+            "orders",
+            "InSync after the restart",
+            |s: &PtahSchema| phase(s) == Some(SchemaPhase::InSync),
+        )
+        .await
+        .with_context(|| manager.log())?;
+    let ops = apply_operations(&ns).await?;
+    let of_claim = ops.iter().filter(|o| **o == operation).count();
+    if point == "after-claim" {
+        // No Job existed: the Apply's outcome is unknown, never dispatched
+        // again, and a proof and a new plan follow.
+        assert_eq!(of_claim, 0, "{ops:?}");
+    } else {
+        assert_eq!(of_claim, 1, "one Job for the claim: {ops:?}");
+    }
+    assert_eq!(ops.len(), 1, "no second Apply: {ops:?}");
+    let ended = s
+        .status
+        .as_ref()
+        .map(|st| {
+            st.journal
+                .iter()
+                .filter(|e| {
+                    e.type_ == JournalEntryType::ApplyFinished
+                        && e.operation_id.as_deref() == Some(operation.as_str())
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(ended, 1, "the claim's end is written once");
+    assert_eq!(db.tables()?, ["orders"]);
+    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
+    drop(manager);
+    Ok(())
+}
+
+async fn killed_after_the_apply_claim(engine: Engine, test: &str) -> anyhow::Result<()> {
+    killed_during_apply(engine, test, "after-claim").await
+}
+
+async fn killed_after_the_apply_job_create(engine: Engine, test: &str) -> anyhow::Result<()> {
+    killed_during_apply(engine, test, "after-job-create").await
+}
+
+async fn killed_after_the_apply_job_uid(engine: Engine, test: &str) -> anyhow::Result<()> {
+    killed_during_apply(engine, test, "after-job-uid").await
+}
+
+async fn killed_after_the_apply_outcome(engine: Engine, test: &str) -> anyhow::Result<()> {
+    killed_during_apply(engine, test, "after-outcome").await
+}
+
 /// Two tests of `$f`: `$name::on_postgresql` and `$name::on_mariadb`, each
 /// in a namespace named after `$label` and its engine.
 macro_rules! on_both_engines {
@@ -1079,4 +1183,24 @@ on_both_engines!(
     an_unreachable_database_is_retried_and_recovers,
     "dbdown",
     database_unreachable
+);
+on_both_engines!(
+    a_manager_killed_after_the_apply_claim_applies_once,
+    "kill-claim",
+    killed_after_the_apply_claim
+);
+on_both_engines!(
+    a_manager_killed_after_the_apply_job_create_applies_once,
+    "kill-create",
+    killed_after_the_apply_job_create
+);
+on_both_engines!(
+    a_manager_killed_after_the_apply_job_uid_applies_once,
+    "kill-uid",
+    killed_after_the_apply_job_uid
+);
+on_both_engines!(
+    a_manager_killed_after_the_apply_outcome_applies_once,
+    "kill-outcome",
+    killed_after_the_apply_outcome
 );
