@@ -149,9 +149,20 @@ async fn a_configmap_schema_converges_on_mariadb() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_restarted_manager_resumes_a_suspended_proof_into_verifying_convergence()
 -> anyhow::Result<()> {
+    resumes_a_suspended_proof(Engine::Postgres, "resume").await
+}
+
+/// The same on MariaDB.
+#[tokio::test]
+async fn a_restarted_manager_resumes_a_suspended_proof_into_verifying_convergence_on_mariadb()
+-> anyhow::Result<()> {
+    resumes_a_suspended_proof(Engine::MariaDb, "resume-maria").await
+}
+
+async fn resumes_a_suspended_proof(engine: Engine, test: &str) -> anyhow::Result<()> {
     use kube::api::{Patch, PatchParams};
-    let ns = TestNamespace::for_operator(harness().await, "executor", "resume").await?;
-    let db = TestDatabase::create(ns.harness(), Engine::Postgres, ns.name())?;
+    let ns = TestNamespace::for_operator(harness().await, "executor", test).await?;
+    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
     executor::schema(&ns, &db, "orders").await?;
     let quick = Patience::new(Duration::from_secs(120), Duration::from_millis(50));
     let phase_of = |s: &PtahSchema| s.status.as_ref().and_then(|st| st.phase);
