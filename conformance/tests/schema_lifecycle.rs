@@ -97,6 +97,50 @@ impl Operator {
     fn log(&self) -> String {
         self.manager.log()
     }
+
+    /// Waits until `orders` is `what` says, with the manager's log when it
+    /// never is.
+    async fn until(
+        &self,
+        ns: &TestNamespace,
+        what: &str,
+        done: impl Fn(&PtahSchema) -> bool,
+    ) -> anyhow::Result<PtahSchema> {
+        ns.until(&PATIENCE, "orders", what, done)
+            .await
+            .with_context(|| self.log())
+    }
+
+    /// Deletes the schemas while the manager runs, then stops it.
+    async fn finish(self, ns: &TestNamespace) -> anyhow::Result<()> {
+        ns.delete_all::<PtahSchema>(&PATIENCE).await?;
+        drop(self);
+        Ok(())
+    }
+}
+
+/// A test's namespace, its database, `orders` declared there, and the
+/// operator running for it.
+struct Scene {
+    ns: TestNamespace,
+    db: TestDatabase,
+    operator: Operator,
+    signed: Option<Signed>,
+}
+
+impl Scene {
+    async fn start(engine: Engine, test: &str, from: From, policy: Value) -> anyhow::Result<Scene> {
+        let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
+        let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
+        let signed = declare(&ns, &db, from, policy).await?;
+        let operator = Operator::start(&ns).await?;
+        Ok(Scene {
+            ns,
+            db,
+            operator,
+            signed,
+        })
+    }
 }
 
 fn phase(s: &PtahSchema) -> Option<SchemaPhase> {
@@ -287,29 +331,24 @@ async fn first_schema_waits_for_its_exact_approval(
     test: &str,
     from: From,
 ) -> anyhow::Result<()> {
-    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
-    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
-    let signed = declare(&ns, &db, from, json!({"apply": "OnApproval"})).await?;
-    let operator = Operator::start(&ns).await?;
+    let Scene {
+        ns,
+        db,
+        operator,
+        signed,
+    } = Scene::start(engine, test, from, json!({"apply": "OnApproval"})).await?;
 
     let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
-    let mut s = ns
-        .until(&PATIENCE, "orders", "AwaitingApproval", awaiting)
-        .await
-        .with_context(|| operator.log())?;
+    let mut s = operator.until(&ns, "AwaitingApproval", awaiting).await?;
     if let Some(signed) = &signed {
         // The same bytes signed by someone else are another plan.
         let first = plan_of(&s)?;
         signed.resign(&ns, "second").await?;
-        s = ns
-            .until(
-                &PATIENCE,
-                "orders",
-                "the plan of the new signer",
-                |s: &PtahSchema| awaiting(s) && plan_uid(s).is_some_and(|u| u != first.uid),
-            )
-            .await
-            .with_context(|| operator.log())?;
+        s = operator
+            .until(&ns, "the plan of the new signer", |s: &PtahSchema| {
+                awaiting(s) && plan_uid(s).is_some_and(|u| u != first.uid)
+            })
+            .await?;
         let second = plan_of(&s)?;
         assert_ne!(second.fingerprint, first.fingerprint);
         assert_eq!(second.content_digest, first.content_digest, "the same SQL");
@@ -344,12 +383,11 @@ async fn first_schema_waits_for_its_exact_approval(
         .context("admission stamped the approver")?;
     assert!(approved.spec.approved_at.is_some());
 
-    let s = ns
-        .until(&PATIENCE, "orders", "InSync", |s: &PtahSchema| {
+    let s = operator
+        .until(&ns, "InSync", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
         })
-        .await
-        .with_context(|| operator.log())?;
+        .await?;
     assert_eq!(
         condition(&s, SchemaConditionType::InSync),
         Some((ConditionStatus::True, Reason::ScopedConverged))
@@ -391,9 +429,7 @@ async fn first_schema_waits_for_its_exact_approval(
         1,
         "one Apply Job"
     );
-    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
-    drop(operator);
-    Ok(())
+    operator.finish(&ns).await
 }
 
 fn stalled_reason(s: &PtahSchema) -> Option<Reason> {
@@ -432,32 +468,22 @@ async fn set_policy(ns: &TestNamespace, policy: Value) -> anyhow::Result<()> {
 }
 
 async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
-    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
-    executor::schema(&ns, &db, "orders").await?;
-    let operator = Operator::start(&ns).await?;
+    let Scene {
+        ns, db, operator, ..
+    } = Scene::start(engine, test, From::ConfigMap, json!({"apply": "Always"})).await?;
     let in_sync = |after: Option<String>| {
         move |s: &PtahSchema| phase(s) == Some(SchemaPhase::InSync) && applied_plan(s) != after
     };
-    let s = ns
-        .until(&PATIENCE, "orders", "InSync", in_sync(None))
-        .await
-        .with_context(|| operator.log())?;
+    let s = operator.until(&ns, "InSync", in_sync(None)).await?;
     let first = applied_plan(&s);
 
     // Always, nothing destructive: the change is applied with no approval.
     let widened = orders(&["  note varchar(32)"]);
     ns.set_config_map_key("orders-schema", "schema.sql", &widened)
         .await?;
-    let s = ns
-        .until(
-            &PATIENCE,
-            "orders",
-            "InSync after a new column",
-            in_sync(first),
-        )
-        .await
-        .with_context(|| operator.log())?;
+    let s = operator
+        .until(&ns, "InSync after a new column", in_sync(first))
+        .await?;
     assert_eq!(
         db.columns("orders")?.len(),
         3,
@@ -477,15 +503,11 @@ async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
     // A destructive plan without allowDestructive: Blocked, nothing runs.
     ns.set_config_map_key("orders-schema", "schema.sql", &orders(&[]))
         .await?;
-    let s = ns
-        .until(
-            &PATIENCE,
-            "orders",
-            "Blocked, destructive",
-            |s: &PtahSchema| stalled_reason(s) == Some(Reason::DestructiveChangesDisabled),
-        )
-        .await
-        .with_context(|| operator.log())?;
+    let s = operator
+        .until(&ns, "Blocked, destructive", |s: &PtahSchema| {
+            stalled_reason(s) == Some(Reason::DestructiveChangesDisabled)
+        })
+        .await?;
     assert!(plan_of(&s)?.destructive);
     assert_eq!(db.columns("orders")?.len(), 3);
 
@@ -495,14 +517,11 @@ async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
         json!({"apply": "Always", "allowDestructive": true, "protectedTables": ["orders"]}),
     )
     .await?;
-    ns.until(
-        &PATIENCE,
-        "orders",
-        "Blocked, protected",
-        |s: &PtahSchema| stalled_reason(s) == Some(Reason::ProtectedTable),
-    )
-    .await
-    .with_context(|| operator.log())?;
+    operator
+        .until(&ns, "Blocked, protected", |s: &PtahSchema| {
+            stalled_reason(s) == Some(Reason::ProtectedTable)
+        })
+        .await?;
     assert_eq!(db.columns("orders")?.len(), 3);
 
     // Never: the plan is published and nothing is applied.
@@ -511,23 +530,17 @@ async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
         json!({"apply": "Never", "allowDestructive": true, "protectedTables": null}),
     )
     .await?;
-    let s = ns
-        .until(
-            &PATIENCE,
-            "orders",
-            "Blocked, apply: Never",
-            |s: &PtahSchema| stalled_reason(s) == Some(Reason::ApplyDisabled),
-        )
-        .await
-        .with_context(|| operator.log())?;
+    let s = operator
+        .until(&ns, "Blocked, apply: Never", |s: &PtahSchema| {
+            stalled_reason(s) == Some(Reason::ApplyDisabled)
+        })
+        .await?;
     let plan = plan_of(&s)?;
     assert!(plan.destructive && !plan.approval_required, "{plan:?}");
     assert_eq!(db.columns("orders")?.len(), 3);
     assert_eq!(apply_jobs(&ns).await?, 2, "no Apply ran after the second");
 
-    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
-    drop(operator);
-    Ok(())
+    operator.finish(&ns).await
 }
 
 fn generation_seen(s: &PtahSchema) -> bool {
@@ -557,19 +570,14 @@ async fn patch_spec(ns: &TestNamespace, spec: Value) -> anyhow::Result<()> {
 }
 
 async fn drift_by_hand(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
-    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
-    executor::schema(&ns, &db, "orders").await?;
-    let operator = Operator::start(&ns).await?;
+    let Scene {
+        ns, db, operator, ..
+    } = Scene::start(engine, test, From::ConfigMap, json!({"apply": "Always"})).await?;
     let in_sync = |s: &PtahSchema| phase(s) == Some(SchemaPhase::InSync) && generation_seen(s);
-    ns.until(&PATIENCE, "orders", "InSync", in_sync)
-        .await
-        .with_context(|| operator.log())?;
+    operator.until(&ns, "InSync", in_sync).await?;
     // From here on plans are published and none is applied, read every hour.
     patch_spec(&ns, json!({"policy": {"apply": "Never"}, "interval": "1h"})).await?;
-    ns.until(&PATIENCE, "orders", "InSync under Never", in_sync)
-        .await
-        .with_context(|| operator.log())?;
+    operator.until(&ns, "InSync under Never", in_sync).await?;
     let jobs_before = operations(&ns).await?.len();
 
     let drop_customer = "ALTER TABLE orders DROP COLUMN customer";
@@ -590,15 +598,11 @@ async fn drift_by_hand(engine: Engine, test: &str) -> anyhow::Result<()> {
             }}})),
         )
         .await?;
-    let s = ns
-        .until(
-            &PATIENCE,
-            "orders",
-            "drift after a read request",
-            |s: &PtahSchema| stalled_reason(s) == Some(Reason::ApplyDisabled) && drift(s),
-        )
-        .await
-        .with_context(|| operator.log())?;
+    let s = operator
+        .until(&ns, "drift after a read request", |s: &PtahSchema| {
+            stalled_reason(s) == Some(Reason::ApplyDisabled) && drift(s)
+        })
+        .await?;
     let answered = s
         .status
         .as_ref()
@@ -615,24 +619,17 @@ async fn drift_by_hand(engine: Engine, test: &str) -> anyhow::Result<()> {
     ns.until(&PATIENCE, "orders", "the edit read", generation_seen)
         .await?;
     db.sql("ALTER TABLE orders ADD COLUMN customer varchar(64) NOT NULL")?;
-    ns.until(
-        &PATIENCE,
-        "orders",
-        "InSync at the interval",
-        |s: &PtahSchema| phase(s) == Some(SchemaPhase::InSync) && !drift(s),
-    )
-    .await
-    .with_context(|| operator.log())?;
+    operator
+        .until(&ns, "InSync at the interval", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::InSync) && !drift(s)
+        })
+        .await?;
     db.sql(drop_customer)?;
-    let s = ns
-        .until(
-            &PATIENCE,
-            "orders",
-            "drift at the interval",
-            |s: &PtahSchema| stalled_reason(s) == Some(Reason::ApplyDisabled) && drift(s),
-        )
-        .await
-        .with_context(|| operator.log())?;
+    let s = operator
+        .until(&ns, "drift at the interval", |s: &PtahSchema| {
+            stalled_reason(s) == Some(Reason::ApplyDisabled) && drift(s)
+        })
+        .await?;
     assert!(plan_uid(&s).is_some());
     assert_eq!(
         s.status
@@ -643,9 +640,7 @@ async fn drift_by_hand(engine: Engine, test: &str) -> anyhow::Result<()> {
     );
     assert_eq!(apply_jobs(&ns).await?, 1, "only the first Apply ran");
 
-    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
-    drop(operator);
-    Ok(())
+    operator.finish(&ns).await
 }
 
 /// The reasons of the Events about `name`.
@@ -663,15 +658,17 @@ async fn event_reasons(ns: &TestNamespace, name: &str) -> anyhow::Result<Vec<(St
 }
 
 async fn edit_retires_the_awaited_plan(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
-    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
-    executor::schema_under(&ns, &db, "orders", json!({"apply": "OnApproval"})).await?;
-    let operator = Operator::start(&ns).await?;
+    let Scene {
+        ns, db, operator, ..
+    } = Scene::start(
+        engine,
+        test,
+        From::ConfigMap,
+        json!({"apply": "OnApproval"}),
+    )
+    .await?;
     let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
-    let s = ns
-        .until(&PATIENCE, "orders", "AwaitingApproval", awaiting)
-        .await
-        .with_context(|| operator.log())?;
+    let s = operator.until(&ns, "AwaitingApproval", awaiting).await?;
     let old = plan_of(&s)?;
 
     ns.set_config_map_key(
@@ -680,15 +677,11 @@ async fn edit_retires_the_awaited_plan(engine: Engine, test: &str) -> anyhow::Re
         &orders(&["  note varchar(32)"]),
     )
     .await?;
-    let s = ns
-        .until(
-            &PATIENCE,
-            "orders",
-            "the new plan awaited",
-            |s: &PtahSchema| awaiting(s) && plan_uid(s).is_some_and(|u| u != old.uid),
-        )
-        .await
-        .with_context(|| operator.log())?;
+    let s = operator
+        .until(&ns, "the new plan awaited", |s: &PtahSchema| {
+            awaiting(s) && plan_uid(s).is_some_and(|u| u != old.uid)
+        })
+        .await?;
     let new = plan_of(&s)?;
     let published = entry(&s, JournalEntryType::PlanPublished)?;
     assert_eq!(published.plan_uid.as_deref(), Some(new.uid.as_str()));
@@ -718,18 +711,15 @@ async fn edit_retires_the_awaited_plan(engine: Engine, test: &str) -> anyhow::Re
 
     // The plan that replaced it is the one a person can approve.
     create_approval(&ns, approval("orders-2", &s, &new, &new.fingerprint)).await?;
-    let s = ns
-        .until(&PATIENCE, "orders", "InSync", |s: &PtahSchema| {
+    let s = operator
+        .until(&ns, "InSync", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
         })
-        .await
-        .with_context(|| operator.log())?;
+        .await?;
     assert_eq!(applied_plan(&s), Some(new.uid.clone()));
     assert_eq!(db.columns("orders")?.len(), 3);
     assert_eq!(apply_jobs(&ns).await?, 1);
-    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
-    drop(operator);
-    Ok(())
+    operator.finish(&ns).await
 }
 
 /// The operation ids of the namespace's Apply Jobs, one per Job.
@@ -774,22 +764,23 @@ async fn approve(ns: &TestNamespace, s: &PtahSchema, name: &str) -> anyhow::Resu
 
 async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::Pod;
-    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
-    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
-    executor::schema_under(&ns, &db, "orders", json!({"apply": "OnApproval"})).await?;
-    let operator = Operator::start(&ns).await?;
+    let Scene {
+        ns, db, operator, ..
+    } = Scene::start(
+        engine,
+        test,
+        From::ConfigMap,
+        json!({"apply": "OnApproval"}),
+    )
+    .await?;
     let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
-    let s = ns
-        .until(&PATIENCE, "orders", "AwaitingApproval", awaiting)
-        .await
-        .with_context(|| operator.log())?;
+    let s = operator.until(&ns, "AwaitingApproval", awaiting).await?;
     approve(&ns, &s, "first").await?;
-    let s = ns
-        .until(&PATIENCE, "orders", "InSync", |s: &PtahSchema| {
+    let s = operator
+        .until(&ns, "InSync", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
         })
-        .await
-        .with_context(|| operator.log())?;
+        .await?;
     let first = applied_plan(&s);
 
     // A new column planned and awaiting approval; then a session takes the
@@ -800,15 +791,11 @@ async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
         &orders(&["  note varchar(32)"]),
     )
     .await?;
-    let s = ns
-        .until(
-            &PATIENCE,
-            "orders",
-            "the new column awaiting",
-            |s: &PtahSchema| awaiting(s) && plan_uid(s) != first,
-        )
-        .await
-        .with_context(|| operator.log())?;
+    let s = operator
+        .until(&ns, "the new column awaiting", |s: &PtahSchema| {
+            awaiting(s) && plan_uid(s) != first
+        })
+        .await?;
     let mut lock = lock_orders(&db, engine)?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     approve(&ns, &s, "second").await?;
@@ -828,18 +815,12 @@ async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
         .delete(&pod.name_any(), &Default::default())
         .await?;
 
-    let s = ns
-        .until(
-            &PATIENCE,
-            "orders",
-            "the outcome unknown",
-            |s: &PtahSchema| {
-                entry(s, JournalEntryType::ApplyFinished)
-                    .is_ok_and(|e| e.reason == Some(Reason::ApplyOutcomeUnknown))
-            },
-        )
-        .await
-        .with_context(|| operator.log())?;
+    let s = operator
+        .until(&ns, "the outcome unknown", |s: &PtahSchema| {
+            entry(s, JournalEntryType::ApplyFinished)
+                .is_ok_and(|e| e.reason == Some(Reason::ApplyOutcomeUnknown))
+        })
+        .await?;
     let unknown = entry(&s, JournalEntryType::ApplyFinished)?;
     let _ = lock.kill();
     let _ = lock.wait();
@@ -847,8 +828,8 @@ async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
     // The proof reads the database again: either the ALTER did commit
     // (ConvergedAfterUnknownOutcome), or changes remain and a new plan
     // waits for its own approval and its own Apply.
-    let proved = ns
-        .until(&PATIENCE, "orders", "the proof", |s: &PtahSchema| {
+    let proved = operator
+        .until(&ns, "the proof", |s: &PtahSchema| {
             s.status.as_ref().is_some_and(|st| {
                 st.journal.iter().any(|e| {
                     e.type_ == JournalEntryType::Verified && e.operation_id == unknown.operation_id
@@ -858,22 +839,18 @@ async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
                 Some(SchemaPhase::InSync | SchemaPhase::AwaitingApproval)
             )
         })
-        .await
-        .with_context(|| operator.log())?;
+        .await?;
     let settled = if phase(&proved) == Some(SchemaPhase::AwaitingApproval) {
         assert_ne!(
             plan_uid(&proved),
             unknown.plan_uid.clone().filter(|_| false)
         );
         approve(&ns, &proved, "third").await?;
-        ns.until(
-            &PATIENCE,
-            "orders",
-            "InSync after the new plan",
-            |s: &PtahSchema| phase(s) == Some(SchemaPhase::InSync),
-        )
-        .await
-        .with_context(|| operator.log())?
+        operator
+            .until(&ns, "InSync after the new plan", |s: &PtahSchema| {
+                phase(s) == Some(SchemaPhase::InSync)
+            })
+            .await?
     } else {
         assert_eq!(
             condition(&proved, SchemaConditionType::InSync),
@@ -905,9 +882,7 @@ async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
     assert_eq!(distinct.len(), ops.len(), "{ops:?}");
     assert_eq!(phase(&settled), Some(SchemaPhase::InSync));
     assert_eq!(db.columns("orders")?.len(), 3);
-    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
-    drop(operator);
-    Ok(())
+    operator.finish(&ns).await
 }
 
 /// Points the Secret `orders-db` at `url`.
@@ -936,15 +911,14 @@ fn failed_attempts(s: &PtahSchema) -> i32 {
 }
 
 async fn database_unreachable(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
-    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
-    executor::schema(&ns, &db, "orders").await?;
-    let operator = Operator::start(&ns).await?;
-    ns.until(&PATIENCE, "orders", "InSync", |s: &PtahSchema| {
-        phase(s) == Some(SchemaPhase::InSync)
-    })
-    .await
-    .with_context(|| operator.log())?;
+    let Scene {
+        ns, db, operator, ..
+    } = Scene::start(engine, test, From::ConfigMap, json!({"apply": "Always"})).await?;
+    operator
+        .until(&ns, "InSync", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::InSync)
+        })
+        .await?;
     let applies = apply_jobs(&ns).await?;
 
     // Nothing listens on port 1: every connection is refused.
@@ -952,15 +926,11 @@ async fn database_unreachable(engine: Engine, test: &str) -> anyhow::Result<()> 
     down.set_port(Some(1)).ok().context("a port")?;
     set_url(&ns, down.as_str()).await?;
     patch_spec(&ns, json!({"interval": "1h"})).await?;
-    let s = ns
-        .until(
-            &PATIENCE,
-            "orders",
-            "the read failed twice",
-            |s: &PtahSchema| phase(s) == Some(SchemaPhase::Failed) && failed_attempts(s) >= 2,
-        )
-        .await
-        .with_context(|| operator.log())?;
+    let s = operator
+        .until(&ns, "the read failed twice", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::Failed) && failed_attempts(s) >= 2
+        })
+        .await?;
     let claim = s
         .status
         .as_ref()
@@ -997,20 +967,17 @@ async fn database_unreachable(engine: Engine, test: &str) -> anyhow::Result<()> 
 
     // Back: the next attempt reads it and finds nothing to do.
     set_url(&ns, &db.url()).await?;
-    let s = ns
-        .until(&PATIENCE, "orders", "InSync again", |s: &PtahSchema| {
+    let s = operator
+        .until(&ns, "InSync again", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
         })
-        .await
-        .with_context(|| operator.log())?;
+        .await?;
     assert_eq!(
         condition(&s, SchemaConditionType::ReconciliationFailed).map(|c| c.0),
         Some(ConditionStatus::False)
     );
     assert_eq!(apply_jobs(&ns).await?, applies);
-    ns.delete_all::<PtahSchema>(&PATIENCE).await?;
-    drop(operator);
-    Ok(())
+    operator.finish(&ns).await
 }
 
 async fn killed_during_apply(
