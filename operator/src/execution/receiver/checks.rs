@@ -166,30 +166,47 @@ pub(super) fn operation_hex(operation_id: &str) -> Option<&str> {
     (hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))).then_some(hex)
 }
 
-/// The claim must be this operation: id, attempt, input fingerprint, and the
-/// Job UID once recorded.
-pub fn check_claim(claim: Option<&ActiveOperation>, op: &OperationRef) -> Result<(), Refusal> {
+/// The claim there is, if it is `operation` (its id and attempt); a refusal
+/// naming the request's fields (`named`: how the id and the attempt are
+/// called where the request carries them) otherwise.
+fn claimed<'a>(
+    claim: Option<&'a ActiveOperation>,
+    operation: (&str, i32),
+    named: (&str, &str),
+) -> Result<&'a ActiveOperation, Refusal> {
+    let (id, attempt) = operation;
     let Some(claim) = claim else {
         return Err(conflict(
             "NotClaimed",
             "the resource claims no operation (status.activeOperation)",
         ));
     };
-    if claim.operation_id != op.operation_id {
+    if claim.operation_id != id {
         return Err(conflict(
             "NotClaimed",
-            "operation.operationId is not the claimed operation (status.activeOperation.operationID)",
-        ));
-    }
-    if claim.attempt != op.attempt {
-        return Err(conflict(
-            "ClaimMismatch",
             format!(
-                "operation.attempt {} is not the claimed attempt {}",
-                op.attempt, claim.attempt
+                "{} is not the claimed operation (status.activeOperation.operationID)",
+                named.0
             ),
         ));
     }
+    if claim.attempt != attempt {
+        return Err(conflict(
+            "ClaimMismatch",
+            format!(
+                "{} {attempt} is not the claimed attempt {}",
+                named.1, claim.attempt
+            ),
+        ));
+    }
+    Ok(claim)
+}
+
+/// The claim must be this operation: id, attempt, input fingerprint, and the
+/// Job UID once recorded.
+pub fn check_claim(claim: Option<&ActiveOperation>, op: &OperationRef) -> Result<(), Refusal> {
+    let named = ("operation.operationId", "operation.attempt");
+    let claim = claimed(claim, (&op.operation_id, op.attempt), named)?;
     if claim.input_fingerprint != op.input_fingerprint {
         return Err(conflict(
             "ClaimMismatch",
@@ -368,27 +385,8 @@ pub fn check_apply_claim(
     claim: Option<&ActiveOperation>,
     req: &PlanRequest,
 ) -> Result<ClaimedPlan, Refusal> {
-    let Some(claim) = claim else {
-        return Err(conflict(
-            "NotClaimed",
-            "the resource claims no operation (status.activeOperation)",
-        ));
-    };
-    if claim.operation_id != req.operation_id {
-        return Err(conflict(
-            "NotClaimed",
-            "the operation id is not the claimed operation (status.activeOperation.operationID)",
-        ));
-    }
-    if claim.attempt != req.attempt {
-        return Err(conflict(
-            "ClaimMismatch",
-            format!(
-                "attempt {} is not the claimed attempt {}",
-                req.attempt, claim.attempt
-            ),
-        ));
-    }
+    let named = ("the operation id", "attempt");
+    let claim = claimed(claim, (&req.operation_id, req.attempt), named)?;
     if claim.type_ != OperationType::Apply {
         return Err(conflict(
             "ClaimMismatch",

@@ -19,30 +19,16 @@ impl Receiver {
         Arc::new(move |req| {
             let me = self.clone();
             Box::pin(async move {
-                let (status, answer) = match me.receive(req).await {
-                    Ok(name) => (
+                match me.receive(req).await {
+                    Ok(name) => answered(
                         StatusCode::OK,
                         Answer {
                             reason: REASON_STORED.into(),
                             message: format!("stored as ConfigMap {name}"),
                         },
                     ),
-                    Err(r) => (
-                        r.status,
-                        Answer {
-                            reason: r.reason.into(),
-                            message: r.message,
-                        },
-                    ),
-                };
-                let body = serde_json::to_vec(&answer).unwrap_or_default();
-                let mut response = Response::new(Bytes::from(body));
-                *response.status_mut() = status;
-                response.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    header::HeaderValue::from_static("application/json"),
-                );
-                response
+                    Err(r) => refused(r),
+                }
             })
         })
     }
@@ -72,20 +58,7 @@ impl Receiver {
                         }
                         response
                     }
-                    Err(r) => {
-                        let answer = Answer {
-                            reason: r.reason.into(),
-                            message: r.message,
-                        };
-                        let body = serde_json::to_vec(&answer).unwrap_or_default();
-                        let mut response = Response::new(Bytes::from(body));
-                        *response.status_mut() = r.status;
-                        response.headers_mut().insert(
-                            header::CONTENT_TYPE,
-                            header::HeaderValue::from_static("application/json"),
-                        );
-                        response
-                    }
+                    Err(r) => refused(r),
                 }
             })
         })
@@ -337,4 +310,25 @@ pub(super) fn replay(stored: &ConfigMap, sha256: &str) -> Refusal {
             "a result was already stored for this operation and attempt",
         )
     }
+}
+
+/// `answer` as the JSON body of a response with `status`.
+fn answered(status: StatusCode, answer: Answer) -> Response<Bytes> {
+    let body = serde_json::to_vec(&answer).unwrap_or_default();
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A refusal as its JSON [`Answer`].
+fn refused(r: Refusal) -> Response<Bytes> {
+    let answer = Answer {
+        reason: r.reason.into(),
+        message: r.message,
+    };
+    answered(r.status, answer)
 }
