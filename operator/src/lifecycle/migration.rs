@@ -181,7 +181,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::common::{self, ClaimExtras, InputMove, Machinery};
 use super::conditions::{self, Health};
-use super::journal::{self, Kept};
 use super::read_request::{self, Running};
 use super::realm::coordination_digest;
 use crate::api::annotations::UNRESOLVED_RUN;
@@ -1537,16 +1536,8 @@ impl Machinery for Machine<'_> {
         Some(claim)
     }
 
-    fn journal(&mut self, entry: JournalEntry) {
-        let pending = self.st.plan.as_ref().map(|p| p.uid.clone());
-        journal::append(
-            &mut self.st.journal,
-            &mut self.st.covered_since,
-            entry,
-            Kept {
-                pending_plan_uid: pending.as_deref(),
-            },
-        );
+    fn unrun_plan_uid(&self) -> Option<String> {
+        self.st.plan.as_ref().map(|p| p.uid.clone())
     }
 
     fn enter_suspended(&mut self) {

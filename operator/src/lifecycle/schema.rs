@@ -146,7 +146,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::common::{self, ClaimExtras, InputMove, Machinery};
 use super::conditions::{self, Health};
-use super::journal::{self, Kept};
 use super::read_request::{self, Running};
 use crate::api::annotations::SETTLED_APPLY;
 use crate::api::common::{ApplyPolicy, DatabaseEngine};
@@ -697,10 +696,9 @@ impl Machinery for Machine<'_> {
         Some(claim)
     }
 
-    fn journal(&mut self, entry: JournalEntry) {
-        // An Apply that ended carried the plan out: its entries lose their hold.
-        let pending = self
-            .st
+    /// An Apply that ended carried the plan out: its entries lose their hold.
+    fn unrun_plan_uid(&self) -> Option<String> {
+        self.st
             .plan
             .as_ref()
             .filter(|p| {
@@ -709,15 +707,7 @@ impl Machinery for Machine<'_> {
                     .as_ref()
                     .is_none_or(|o| o.plan_uid != p.uid)
             })
-            .map(|p| p.uid.clone());
-        journal::append(
-            &mut self.st.journal,
-            &mut self.st.covered_since,
-            entry,
-            Kept {
-                pending_plan_uid: pending.as_deref(),
-            },
-        );
+            .map(|p| p.uid.clone())
     }
 
     fn enter_suspended(&mut self) {

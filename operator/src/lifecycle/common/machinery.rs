@@ -105,6 +105,8 @@ pub trait Machinery {
     fn last_read_request(&mut self) -> &mut Option<String>;
     /// The effects of this step so far.
     fn effects(&mut self) -> &mut Vec<Self::Effect>;
+    /// `status.journal` and `status.coveredSince`, to edit.
+    fn journal_slots(&mut self) -> (&mut Vec<JournalEntry>, &mut Option<Time>);
     /// Whether an effect is a requeue.
     fn is_requeue(e: &Self::Effect) -> bool;
 
@@ -163,8 +165,23 @@ pub trait Machinery {
             None => self.fail_idle(Reason::ConfigurationError, "spec.source selects no source"),
         }
     }
-    /// Appends a journal entry.
-    fn journal(&mut self, entry: JournalEntry);
+    /// The plan nothing has carried out yet, whose entries the journal
+    /// keeps past its bounds.
+    fn unrun_plan_uid(&self) -> Option<String>;
+
+    /// Appends a journal entry, in the status write that records it.
+    fn journal(&mut self, entry: JournalEntry) {
+        let pending = self.unrun_plan_uid();
+        let (journal, covered_since) = self.journal_slots();
+        crate::lifecycle::journal::append(
+            journal,
+            covered_since,
+            entry,
+            crate::lifecycle::journal::Kept {
+                pending_plan_uid: pending.as_deref(),
+            },
+        );
+    }
     /// The new claim's inputs this family fills in beyond the common ones:
     /// execution epoch, plan fingerprint, coordination and target identity.
     fn claim_inputs(&self) -> ClaimExtras<'_>;
@@ -707,6 +724,14 @@ macro_rules! machinery {
         }
         fn effects(&mut self) -> &mut Vec<$fx> {
             &mut self.fx
+        }
+        fn journal_slots(
+            &mut self,
+        ) -> (
+            &mut Vec<$crate::api::journal::JournalEntry>,
+            &mut Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+        ) {
+            (&mut self.st.journal, &mut self.st.covered_since)
         }
         fn is_requeue(e: &$fx) -> bool {
             matches!(e, $fx::RequeueAt(_))
