@@ -36,8 +36,7 @@ use conformance::testkit::wait::Patience;
 use operator::api::common::{ConfigMapKeyRef, SchemaTransactionMode};
 use operator::api::plan::PtahSchemaPlanChunk;
 use operator::api::schema::{PtahSchema, SchemaPlanSummary};
-use operator::api::source::SourceKind;
-use operator::api::status::{ActiveOperation, OperationType, SourceBinding};
+use operator::api::status::{ActiveOperation, OperationType};
 use operator::execution::examples::{self, Kind};
 use operator::execution::job::{
     ApplyInput, Images, OPERATION_CONTAINER, OwnerKind, ResultDelivery, SourceInput, build_job,
@@ -96,20 +95,10 @@ fn plan_input(bytes: Vec<u8>, snapshot: &snapshot::Snapshot) -> PlanInput {
         destructive: false,
         privilege_changes: vec![],
         dialect: "postgres".into(),
-        source: SourceBinding {
-            kind: SourceKind::ConfigMap,
-            content_digest: snapshot.content_digest.clone(),
-            config_map_uid: Some("cm-uid".into()),
-            snapshot_name: Some(snapshot.name.clone()),
-            location_digest: None,
-            commit: None,
-            resolved_reference: None,
-            source_policy_uid: None,
-            source_policy_digest: None,
-            verification_policy_uid: None,
-            verification_policy_digest: None,
-            signer_evidence_digest: None,
-        },
+        source: testing::configmap_binding(
+            snapshot.content_digest.clone(),
+            Some(snapshot.name.as_str()),
+        ),
         coordination_digest: examples::digest(13),
         target_identity_digest: examples::digest(14),
         actual_state_fingerprint: examples::digest(23),

@@ -26,8 +26,6 @@ use conformance::testkit::wait::Patience;
 use operator::api::condition::{ConditionStatus, SchemaPlanConditionType};
 use operator::api::plan::{PLAN_MAX_BYTES, PtahSchemaPlan, PtahSchemaPlanChunk};
 use operator::api::schema::PtahSchema;
-use operator::api::source::SourceKind;
-use operator::api::status::SourceBinding;
 use operator::execution::plan::{
     LABEL_PLAN_UID, PlanError, PlanInput, chunk_object, collect, content_digest, plan_object,
     plan_spec, publish, read_back,
@@ -126,20 +124,7 @@ fn input(bytes: Vec<u8>) -> PlanInput {
         destructive: true,
         privilege_changes: vec![operator::api::plan::PrivilegeChange::Grant],
         dialect: "postgres".into(),
-        source: SourceBinding {
-            kind: SourceKind::ConfigMap,
-            content_digest: digest(1),
-            config_map_uid: Some("cm-uid".into()),
-            snapshot_name: Some("ptah-src-abc".into()),
-            location_digest: None,
-            commit: None,
-            resolved_reference: None,
-            source_policy_uid: None,
-            source_policy_digest: None,
-            verification_policy_uid: None,
-            verification_policy_digest: None,
-            signer_evidence_digest: None,
-        },
+        source: operator::testing::configmap_binding(digest(1), Some("ptah-src-abc")),
         coordination_digest: digest(13),
         target_identity_digest: digest(14),
         actual_state_fingerprint: digest(23),

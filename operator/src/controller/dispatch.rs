@@ -100,7 +100,7 @@ mod tests {
     }
 
     fn binding(snapshot: Option<&str>) -> SourceBinding {
-        super::super::job_input::configmap_binding(format!("sha256:{}", "c".repeat(64)), snapshot)
+        crate::testing::configmap_binding(format!("sha256:{}", "c".repeat(64)), snapshot)
     }
 
     #[test]

@@ -201,28 +201,6 @@ pub fn source_input(src: &Source, claim: &ActiveOperation) -> Result<SourceInput
     }
 }
 
-/// A claim's binding of a ConfigMap source, for the families' tests.
-#[cfg(test)]
-pub fn configmap_binding(
-    content_digest: String,
-    snapshot: Option<&str>,
-) -> crate::api::status::SourceBinding {
-    crate::api::status::SourceBinding {
-        kind: SourceKind::ConfigMap,
-        content_digest,
-        config_map_uid: Some("cm-uid".into()),
-        snapshot_name: snapshot.map(str::to_string),
-        location_digest: None,
-        commit: None,
-        resolved_reference: None,
-        source_policy_uid: None,
-        source_policy_digest: None,
-        verification_policy_uid: None,
-        verification_policy_digest: None,
-        signer_evidence_digest: None,
-    }
-}
-
 /// A manager's configuration with these images, for the families' tests.
 #[cfg(test)]
 pub fn test_config(runner: String, executor: String) -> Config {

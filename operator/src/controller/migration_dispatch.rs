@@ -163,7 +163,7 @@ mod tests {
     }
 
     fn binding(snapshot: Option<&str>) -> SourceBinding {
-        super::super::job_input::configmap_binding(digest(12), snapshot)
+        crate::testing::configmap_binding(digest(12), snapshot)
     }
 
     fn planned(version: i64) -> PlannedMigration {
