@@ -325,6 +325,24 @@ pub fn spent_in(journal: &[JournalEntry], uid: &str) -> bool {
     })
 }
 
+/// The `PlanPublished` entry of the plan `(name, uid, fingerprint)`, at its
+/// creation when the plan records one.
+pub fn plan_published(
+    plan: (&str, &str, &str),
+    created_at: Option<&Time>,
+    now: &Time,
+) -> JournalEntry {
+    let (name, uid, fingerprint) = plan;
+    let mut e = JournalEntry::new(
+        JournalEntryType::PlanPublished,
+        created_at.cloned().unwrap_or_else(|| now.clone()),
+    );
+    e.plan_name = Some(name.to_owned());
+    e.plan_uid = Some(uid.to_owned());
+    e.plan_fingerprint = Some(fingerprint.to_owned());
+    e
+}
+
 /// The journal entry of operation `op` failing for `reason`.
 pub fn operation_failed(op: OperationType, reason: Reason, now: &Time) -> JournalEntry {
     let mut e = JournalEntry::new(JournalEntryType::OperationFailed, now.clone());

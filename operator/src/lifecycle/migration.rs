@@ -1024,13 +1024,12 @@ impl Machine<'_> {
         }
         if !same && !held {
             self.st.plan = Some(plan.clone());
-            let mut e = JournalEntry::new(
-                JournalEntryType::PlanPublished,
-                plan.created_at.clone().unwrap_or_else(|| self.now.clone()),
+            let identity = (
+                plan.name.as_str(),
+                plan.uid.as_str(),
+                plan.fingerprint.as_str(),
             );
-            e.plan_name = Some(plan.name.clone());
-            e.plan_uid = Some(plan.uid.clone());
-            e.plan_fingerprint = Some(plan.fingerprint.clone());
+            let e = common::plan_published(identity, plan.created_at.as_ref(), self.now);
             self.journal(e);
             self.event(
                 false,
@@ -1129,15 +1128,7 @@ impl Machine<'_> {
         }
         c.lease_epoch = Some(epoch.to_owned());
         c.lease_duration_seconds = Some(secs);
-        if let (Some(name), Some(uid)) = (c.approval_name.clone(), c.approval_uid.clone()) {
-            // The approval is spent once, at dispatch.
-            self.fx.push(Effect::SpendApproval {
-                name: name.clone(),
-                uid: uid.clone(),
-            });
-            let e = common::approval_accepted(&c, &name, &uid, self.now);
-            self.journal(e);
-        }
+        self.spend_approval(&c);
         c.dispatch_started = true;
         self.fx.push(Effect::StartJob {
             operation: c.type_,
@@ -1575,11 +1566,6 @@ impl Machinery for Machine<'_> {
 
     fn retire(&mut self, reason: Reason) {
         self.retire_plan(reason);
-    }
-
-    fn plan_identity(&self) -> Option<(&str, &str, &str)> {
-        let p = self.st.plan.as_ref()?;
-        Some((p.name.as_str(), p.uid.as_str(), p.fingerprint.as_str()))
     }
 
     fn claim_inputs(&self) -> ClaimExtras<'_> {

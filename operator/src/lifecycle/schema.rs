@@ -761,11 +761,6 @@ impl Machinery for Machine<'_> {
         self.retire_plan(reason);
     }
 
-    fn plan_identity(&self) -> Option<(&str, &str, &str)> {
-        let p = self.st.plan.as_ref()?;
-        Some((p.name.as_str(), p.uid.as_str(), p.fingerprint.as_str()))
-    }
-
     fn claim_inputs(&self) -> ClaimExtras<'_> {
         let target = self.st.target.as_ref();
         ClaimExtras {

@@ -192,7 +192,7 @@ pub trait Machinery {
     fn start_database_read(&mut self);
     /// Retires the current plan: every approval of it is stale.
     fn retire(&mut self, reason: Reason);
-    /// The current plan's name, UID and fingerprint.
+    /// The current plan's name, UID and fingerprint (`status.plan`).
     fn plan_identity(&self) -> Option<(&str, &str, &str)>;
     /// What a family records beside `Blocked` for an unsupported engine.
     fn engine_refused(&mut self) {}
@@ -386,6 +386,17 @@ pub trait Machinery {
         let mut c = self.new_claim(OperationType::Apply, self.current_binding());
         super::authorize(&mut c, plan, approval);
         Some(c)
+    }
+
+    /// Spends the approval Apply claim `c` names, once, at its dispatch:
+    /// marked consumed, and `ApprovalAccepted` in the journal.
+    fn spend_approval(&mut self, c: &ActiveOperation) {
+        if let (Some(name), Some(uid)) = (c.approval_name.clone(), c.approval_uid.clone()) {
+            let e = super::approval_accepted(c, &name, &uid, self.now());
+            self.effects()
+                .push(Shared::SpendApproval { name, uid }.into());
+            self.journal(e);
+        }
     }
 
     /// The same operation again under the same claim.
@@ -724,6 +735,10 @@ macro_rules! machinery {
         }
         fn effects(&mut self) -> &mut Vec<$fx> {
             &mut self.fx
+        }
+        fn plan_identity(&self) -> Option<(&str, &str, &str)> {
+            let p = self.st.plan.as_ref()?;
+            Some((p.name.as_str(), p.uid.as_str(), p.fingerprint.as_str()))
         }
         fn journal_slots(
             &mut self,

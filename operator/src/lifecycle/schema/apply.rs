@@ -60,15 +60,7 @@ impl Machine<'_> {
         c.lease_epoch = Some(epoch.to_owned());
         c.lease_duration_seconds = Some(secs);
         if c.type_ == OperationType::Apply {
-            if let (Some(name), Some(uid)) = (c.approval_name.clone(), c.approval_uid.clone()) {
-                // The approval is spent once, at dispatch.
-                self.fx.push(Effect::SpendApproval {
-                    name: name.clone(),
-                    uid: uid.clone(),
-                });
-                let e = common::approval_accepted(&c, &name, &uid, self.now);
-                self.journal(e);
-            }
+            self.spend_approval(&c);
             self.cond(C::Applying, ConditionStatus::True, Reason::Active, "");
         }
         c.dispatch_started = true;

@@ -293,13 +293,12 @@ impl Machine<'_> {
                 .map(|r| r.name)
                 .or_else(|| self.unrun_published_plan(&plan.uid));
             self.st.plan = Some(plan.clone());
-            let mut e = JournalEntry::new(
-                JournalEntryType::PlanPublished,
-                plan.created_at.clone().unwrap_or_else(|| self.now.clone()),
+            let identity = (
+                plan.name.as_str(),
+                plan.uid.as_str(),
+                plan.fingerprint.as_str(),
             );
-            e.plan_name = Some(plan.name.clone());
-            e.plan_uid = Some(plan.uid.clone());
-            e.plan_fingerprint = Some(plan.fingerprint.clone());
+            let mut e = common::plan_published(identity, plan.created_at.as_ref(), self.now);
             e.approval_required = Some(plan.approval_required);
             e.replaced = replaced;
             self.journal(e);
