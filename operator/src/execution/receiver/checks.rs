@@ -58,6 +58,21 @@ pub struct Received {
     pub sha256: String,
 }
 
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer(authorization: Option<&str>) -> Result<&str, Refusal> {
+    authorization
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            refuse(
+                StatusCode::UNAUTHORIZED,
+                "Token",
+                "Authorization: Bearer <token> is required",
+            )
+        })
+}
+
 /// Checks everything about a request that needs no key and no API: each
 /// refusal names what is wrong.
 pub fn check_request(req: &Request<Bytes>) -> Result<Received, Refusal> {
@@ -77,17 +92,7 @@ pub fn check_request(req: &Request<Bytes>) -> Result<Received, Refusal> {
     }
     let headers = req.headers();
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let token = text(header::AUTHORIZATION.as_str())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            refuse(
-                StatusCode::UNAUTHORIZED,
-                "Token",
-                "Authorization: Bearer <token> is required",
-            )
-        })?;
+    let token = bearer(text(header::AUTHORIZATION.as_str()))?;
     let content_type = text(header::CONTENT_TYPE.as_str()).unwrap_or_default();
     if content_type.split(';').next().map(str::trim) != Some("application/json") {
         return Err(refuse(
@@ -334,17 +339,7 @@ pub fn check_plan_request(req: &Request<Bytes>) -> Result<PlanRequest, Refusal> 
             .map(str::trim)
             .filter(|v| !v.is_empty())
     };
-    let token = text(header::AUTHORIZATION.as_str())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            refuse(
-                StatusCode::UNAUTHORIZED,
-                "Token",
-                "Authorization: Bearer <token> is required",
-            )
-        })?;
+    let token = bearer(text(header::AUTHORIZATION.as_str()))?;
     let pod_name = text(POD_NAME_HEADER)
         .filter(|n| is_name(n))
         .ok_or_else(|| bad("Pod", "X-Ptah-Pod-Name must name the calling Pod"))?;
