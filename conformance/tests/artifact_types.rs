@@ -19,7 +19,7 @@ use conformance::testkit::job::{count, operations};
 use conformance::testkit::manager::{Manager, ManagerSpec};
 use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::oci::{
-    Registry, key_pair, key_policy_any_type, push_migrations, push_schema, run_ok, sign_command,
+    Registry, key_policy_any_type, push_migrations, push_schema, signed_by_new_key,
 };
 use conformance::testkit::wait::Patience;
 use operator::api::condition::{Reason, SchemaPhase};
@@ -103,18 +103,8 @@ async fn wrong_type_is_blocked_after_verify(
         (push_schema(&tagged, hcl).await?, SCHEMA_ARTIFACT_TYPE)
     };
     let work = tempfile::tempdir()?;
-    let signer = key_pair(&registry.cosign, &work.path().join("signer"), "pw")?;
-    run_ok(
-        "cosign sign",
-        &mut sign_command(
-            &registry.cosign,
-            work.path(),
-            &signer,
-            &format!("{}/{repository}@{}", registry.host, pushed.digest),
-            true,
-            None,
-        ),
-    )?;
+    let pinned = format!("{}/{repository}@{}", registry.host, pushed.digest);
+    let signer = signed_by_new_key(&registry, work.path(), "signer", &pinned)?;
     ns.create::<ConfigMap>(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "verification"},

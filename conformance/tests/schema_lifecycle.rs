@@ -54,9 +54,7 @@ use conformance::testkit::git::endpoints;
 use conformance::testkit::job::{count, operations};
 use conformance::testkit::manager::{Manager, ManagerSpec, free_port};
 use conformance::testkit::namespace::TestNamespace;
-use conformance::testkit::oci::{
-    Registry, key_pair, key_policy, push_schema_file, run_ok, sign_command,
-};
+use conformance::testkit::oci::{Registry, key_policy, push_schema_file, signed_by_new_key};
 use conformance::testkit::wait::Patience;
 use k8s_openapi::api::core::v1::ConfigMap;
 use operator::admission::webhook_configurations;
@@ -228,18 +226,7 @@ impl Signed {
     /// Signs the artifact with a new key and makes the verification policy
     /// trust only that key.
     async fn resign(&self, ns: &TestNamespace, name: &str) -> anyhow::Result<()> {
-        let key = key_pair(&self.registry.cosign, &self.work.path().join(name), "pw")?;
-        run_ok(
-            "cosign sign",
-            &mut sign_command(
-                &self.registry.cosign,
-                self.work.path(),
-                &key,
-                &self.pinned,
-                true,
-                None,
-            ),
-        )?;
+        let key = signed_by_new_key(&self.registry, self.work.path(), name, &self.pinned)?;
         ns.api::<ConfigMap>()
             .patch(
                 "verification",
@@ -298,12 +285,8 @@ async fn declare(
             let pushed =
                 push_schema_file(&tagged, "schema.sql", executor::SCHEMA_SQL.as_bytes()).await?;
             let work = tempfile::tempdir()?;
-            let signer = key_pair(&registry.cosign, &work.path().join("signer"), "pw")?;
             let pinned = format!("{}/{repository}@{}", registry.host, pushed.digest);
-            run_ok(
-                "cosign sign",
-                &mut sign_command(&registry.cosign, work.path(), &signer, &pinned, true, None),
-            )?;
+            let signer = signed_by_new_key(&registry, work.path(), "signer", &pinned)?;
             ns.create::<ConfigMap>(json!({
                 "apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "verification"},

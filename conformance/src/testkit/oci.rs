@@ -256,6 +256,23 @@ pub fn sign_command(
     cmd
 }
 
+/// A new key pair in `work/<name>` (password `pw`) that has signed
+/// `pinned` (`host/repository@digest`) with a legacy `.sig`, as
+/// [`key_policy`] accepts.
+pub fn signed_by_new_key(
+    registry: &Registry,
+    work: &Path,
+    name: &str,
+    pinned: &str,
+) -> anyhow::Result<Key> {
+    let key = key_pair(&registry.cosign, &work.join(name), "pw")?;
+    run_ok(
+        "cosign sign",
+        &mut sign_command(&registry.cosign, work, &key, pinned, true, None),
+    )?;
+    Ok(key)
+}
+
 /// `cosign verify` of `reference` with the public key file `public`,
 /// offline (no transparency log).
 pub fn verify_command(cosign_bin: &Path, work: &Path, public: &Path, reference: &str) -> Command {
