@@ -1063,6 +1063,381 @@ async fn killed_after_the_apply_outcome(engine: Engine, test: &str) -> anyhow::R
     killed_during_apply(engine, test, "after-outcome").await
 }
 
+/// A role `name` that plans may grant to, made by the harness's
+/// administrator (roles outlive the test's database).
+fn create_role(ns: &TestNamespace, engine: Engine, name: &str) -> anyhow::Result<()> {
+    let admin = TestDatabase::admin(ns.harness(), engine)?;
+    admin.sql(&match engine {
+        Engine::Postgres => format!(
+            "DO $$BEGIN CREATE ROLE \"{name}\"; EXCEPTION WHEN duplicate_object THEN NULL; END$$"
+        ),
+        Engine::MariaDb => format!("CREATE USER IF NOT EXISTS '{name}'@'%'"),
+    })?;
+    Ok(())
+}
+
+async fn privilege_change_waits(engine: Engine, test: &str) -> anyhow::Result<()> {
+    let Scene {
+        ns, db, operator, ..
+    } = Scene::start(engine, test, From::ConfigMap, json!({"apply": "Always"})).await?;
+    let s = operator
+        .until(&ns, "InSync", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::InSync)
+        })
+        .await?;
+    let first = applied_plan(&s);
+    let role = format!("reader_{}", ns.name().replace('-', "_"));
+    create_role(&ns, engine, &role)?;
+
+    // Always, and nothing destructive: a GRANT still waits for a person.
+    let granted = format!("{}GRANT SELECT ON orders TO {role};\n", orders(&[]));
+    ns.set_config_map_key("orders-schema", "schema.sql", &granted)
+        .await?;
+    let s = operator
+        .until(&ns, "the grant awaiting approval", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::AwaitingApproval)
+        })
+        .await?;
+    let plan = plan_of(&s)?;
+    assert_eq!(
+        plan.privilege_changes,
+        [operator::api::plan::PrivilegeChange::Grant],
+        "{plan:?}"
+    );
+    assert!(plan.approval_required && !plan.destructive, "{plan:?}");
+    assert_eq!(
+        condition(&s, SchemaConditionType::ApprovalRequired),
+        Some((ConditionStatus::True, Reason::PrivilegeChanges))
+    );
+    assert_eq!(
+        apply_jobs(&ns).await?,
+        1,
+        "nothing ran without the approval"
+    );
+
+    approve(&ns, &s, "grant").await?;
+    let proved = |s: &PtahSchema| {
+        let ran = entry(s, JournalEntryType::ApplyFinished)
+            .ok()
+            .filter(|e| e.plan_uid.as_ref() == Some(&plan.uid));
+        ran.zip(entry(s, JournalEntryType::Verified).ok())
+            .is_some_and(|(ran, proof)| ran.operation_id == proof.operation_id)
+            && matches!(
+                phase(s),
+                Some(SchemaPhase::InSync | SchemaPhase::AwaitingApproval)
+            )
+    };
+    let s = operator
+        .until(&ns, "the grant applied and proved", proved)
+        .await?;
+    assert_eq!(apply_jobs(&ns).await?, 2);
+    match engine {
+        Engine::Postgres => {
+            assert_eq!(phase(&s), Some(SchemaPhase::InSync));
+            assert_eq!(applied_plan(&s), Some(plan.uid.clone()));
+            assert_eq!(
+                db.sql(&format!(
+                    "SELECT has_table_privilege('{role}', 'orders', 'SELECT')"
+                ))?
+                .trim(),
+                "t"
+            );
+        }
+        Engine::MariaDb => {
+            // Ptah does not read MariaDB's grants back (docs/executor.md):
+            // the proof plans the same GRANT again, and its spent approval
+            // does not run it twice.
+            let grants = db.sql(&format!("SHOW GRANTS FOR '{role}'@'%'"))?;
+            assert!(grants.contains("SELECT"), "{grants}");
+            assert_eq!(phase(&s), Some(SchemaPhase::AwaitingApproval));
+            assert_eq!(applied_plan(&s), first, "not confirmed by its proof");
+            let again = plan_of(&s)?;
+            assert_eq!(again.fingerprint, plan.fingerprint, "{again:?}");
+            assert_eq!(again.statement_count, Some(1), "{again:?}");
+            assert_eq!(
+                entry(&s, JournalEntryType::Verified)?.outcome,
+                Some(operator::api::journal::JournalOutcome::DriftRemains)
+            );
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let s = ns.api::<PtahSchema>().get("orders").await?;
+            assert_eq!(phase(&s), Some(SchemaPhase::AwaitingApproval));
+            assert_eq!(apply_jobs(&ns).await?, 2);
+        }
+    }
+    operator.finish(&ns).await
+}
+
+/// Waits for the second Apply's Pod to run (the first has ended).
+async fn running_apply_pod(
+    ns: &TestNamespace,
+    operator: &Operator,
+) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
+    use k8s_openapi::api::core::v1::Pod;
+    PATIENCE
+        .poll("an Apply's Pod running", || async {
+            let pods = ns.api::<Pod>().list(&ListParams::default()).await?;
+            anyhow::Ok(pods.items.into_iter().find(|p| {
+                p.name_any().starts_with("ptah-apply-")
+                    && p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running")
+            }))
+        })
+        .await
+        .with_context(|| operator.log())
+}
+
+/// The owed proof, with its Lease held by the manager.
+async fn proof_and_lease_kept(ns: &TestNamespace, s: &PtahSchema) -> anyhow::Result<String> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let st = s.status.as_ref().context("status")?;
+    let claim = st.active_operation.as_ref().context("the claim is kept")?;
+    let owed = st
+        .pending_observation
+        .as_ref()
+        .context("the proof is still owed")?;
+    assert!(claim.lease_epoch.is_some(), "{claim:?}");
+    let digest = owed
+        .coordination_digest
+        .as_deref()
+        .context("the realm digest")?;
+    let lease = ns
+        .api::<Lease>()
+        .get(&operator::execution::lease::lease_name(digest))
+        .await?;
+    assert!(
+        lease
+            .spec
+            .as_ref()
+            .and_then(|l| l.holder_identity.as_ref())
+            .is_some(),
+        "the Lease is still held: {lease:?}"
+    );
+    Ok(owed.apply_operation_id.clone())
+}
+
+/// Approves the awaited plan while a session holds `orders`, and points the
+/// Secret at `elsewhere` while the Apply waits, so its proof reads that.
+async fn apply_then_move_the_secret(
+    ns: &TestNamespace,
+    operator: &Operator,
+    db: &TestDatabase,
+    elsewhere: &TestDatabase,
+    engine: Engine,
+    column: &str,
+    approval: &str,
+) -> anyhow::Result<PtahSchema> {
+    let before = operator
+        .until(ns, "InSync", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::InSync)
+        })
+        .await?;
+    let applied = applied_plan(&before);
+    ns.set_config_map_key("orders-schema", "schema.sql", &orders(&[column]))
+        .await?;
+    let s = operator
+        .until(ns, "the new column awaiting", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::AwaitingApproval) && plan_uid(s) != applied
+        })
+        .await?;
+    let mut lock = lock_orders(db, engine)?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    approve(ns, &s, approval).await?;
+    running_apply_pod(ns, operator).await?;
+    set_url(ns, &elsewhere.url()).await?;
+    let _ = lock.kill();
+    let _ = lock.wait();
+    operator
+        .until(ns, "Blocked, TargetIdentityChanged", |s: &PtahSchema| {
+            stalled_reason(s) == Some(Reason::TargetIdentityChanged)
+        })
+        .await
+}
+
+async fn target_moved_before_the_proof(engine: Engine, test: &str) -> anyhow::Result<()> {
+    let Scene {
+        ns, db, operator, ..
+    } = Scene::start(
+        engine,
+        test,
+        From::ConfigMap,
+        json!({"apply": "OnApproval"}),
+    )
+    .await?;
+    let elsewhere =
+        TestDatabase::create(ns.harness(), engine, &format!("{}-elsewhere", ns.name()))?;
+    let s = operator
+        .until(&ns, "AwaitingApproval", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::AwaitingApproval)
+        })
+        .await?;
+    approve(&ns, &s, "first").await?;
+
+    // The Apply ran on the plan's database; its proof read another one.
+    let s = apply_then_move_the_secret(
+        &ns,
+        &operator,
+        &db,
+        &elsewhere,
+        engine,
+        "  note varchar(32)",
+        "second",
+    )
+    .await?;
+    let apply = proof_and_lease_kept(&ns, &s).await?;
+    assert_eq!(
+        db.columns("orders")?.len(),
+        3,
+        "the Apply ran where it was planned"
+    );
+    assert!(elsewhere.tables()?.is_empty(), "nothing ran elsewhere");
+    let blocked_applies = apply_jobs(&ns).await?;
+    // It stays Blocked while the Secret names the other database: its proof
+    // reads again after failureRetryInterval and is refused again.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let s = ns.api::<PtahSchema>().get("orders").await?;
+    assert_eq!(stalled_reason(&s), Some(Reason::TargetIdentityChanged));
+    assert_eq!(proof_and_lease_kept(&ns, &s).await?, apply);
+
+    // Put back: the proof finishes and verifies that Apply.
+    set_url(&ns, &db.url()).await?;
+    let s = operator
+        .until(&ns, "InSync, proved", |s: &PtahSchema| {
+            phase(s) == Some(SchemaPhase::InSync)
+        })
+        .await?;
+    let verified = entry(&s, JournalEntryType::Verified)?;
+    assert_eq!(verified.operation_id.as_deref(), Some(apply.as_str()));
+    assert_eq!(
+        verified.reason,
+        Some(Reason::ScopedConverged),
+        "{verified:?}"
+    );
+    assert_eq!(apply_jobs(&ns).await?, blocked_applies);
+
+    // Again, and this time a person settles it with the annotation: the
+    // proof is dropped unverified, the claim and Lease are released, and the
+    // next read is of the database the Secret now names.
+    let s = apply_then_move_the_secret(
+        &ns,
+        &operator,
+        &db,
+        &elsewhere,
+        engine,
+        "  note varchar(32),\n  shipped boolean",
+        "third",
+    )
+    .await?;
+    let apply = proof_and_lease_kept(&ns, &s).await?;
+    let applies = apply_jobs(&ns).await?;
+    ns.api::<PtahSchema>()
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "operator.ptah.run/settled-apply": apply,
+            }}})),
+        )
+        .await?;
+    let s = operator
+        .until(
+            &ns,
+            "a plan for the database the Secret names",
+            |s: &PtahSchema| {
+                phase(s) == Some(SchemaPhase::AwaitingApproval)
+                    && s.status
+                        .as_ref()
+                        .is_some_and(|st| st.pending_observation.is_none())
+            },
+        )
+        .await?;
+    let settled = s
+        .status
+        .as_ref()
+        .map(|st| st.journal.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .rfind(|e| e.type_ == JournalEntryType::Verified)
+        .context("a Verified entry")?;
+    assert_eq!(settled.operation_id.as_deref(), Some(apply.as_str()));
+    assert_eq!(settled.reason, Some(Reason::TargetIdentityChanged));
+    // The empty database needs the whole table: a new plan, and no Apply
+    // without its own approval.
+    assert!(plan_of(&s)?.statement_count.unwrap_or(0) >= 1);
+    assert_eq!(apply_jobs(&ns).await?, applies);
+    assert!(elsewhere.tables()?.is_empty());
+    operator.finish(&ns).await
+}
+
+/// Two PtahSchemas of one database, each declaring its own table and
+/// excluding the other's.
+async fn two_claimants(ns: &TestNamespace, db: &TestDatabase) -> anyhow::Result<()> {
+    db.secret(ns, "shop-db").await?;
+    for (name, table, other) in [
+        ("orders", "orders", "customers"),
+        ("customers", "customers", "orders"),
+    ] {
+        ns.create::<ConfigMap>(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{name}-schema")},
+            "data": {"schema.sql": format!("CREATE TABLE {table} (\n  id bigint PRIMARY KEY\n);\n")},
+        }))
+        .await?;
+        ns.create::<PtahSchema>(json!({
+            "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
+            "metadata": {"name": name},
+            "spec": {
+                "target": {
+                    "engine": db.engine.spec(),
+                    "urlFrom": {"name": "shop-db", "key": "url"},
+                    "coordinationKey": "shop",
+                },
+                "source": {"configMap": {"name": format!("{name}-schema"), "keys": ["schema.sql"]}},
+                "policy": {"apply": "Always", "exclude": [other]},
+                "execution": {"failureRetryInterval": "5s"},
+            },
+        }))
+        .await?;
+    }
+    Ok(())
+}
+
+async fn shared_realm_converges(engine: Engine, test: &str) -> anyhow::Result<()> {
+    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
+    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
+    two_claimants(&ns, &db).await?;
+    let operator = Operator::start(&ns).await?;
+    for name in ["orders", "customers"] {
+        ns.until(&PATIENCE, name, "RealmConflict", |s: &PtahSchema| {
+            stalled_reason(s) == Some(Reason::RealmConflict)
+        })
+        .await
+        .with_context(|| operator.log())?;
+    }
+    assert!(db.tables()?.is_empty(), "neither read nor changed it");
+
+    let shared = Patch::Merge(json!({"spec": {"target": {"sharedRealm": true}}}));
+    for name in ["orders", "customers"] {
+        ns.api::<PtahSchema>()
+            .patch(name, &PatchParams::default(), &shared)
+            .await?;
+    }
+    for name in ["orders", "customers"] {
+        let s = ns
+            .until(&PATIENCE, name, "InSync", |s: &PtahSchema| {
+                phase(s) == Some(SchemaPhase::InSync)
+            })
+            .await
+            .with_context(|| operator.log())?;
+        assert!(applied_plan(&s).is_some(), "{name} applied its own plan");
+    }
+    assert_eq!(db.tables()?, ["customers", "orders"]);
+    assert_eq!(
+        apply_jobs(&ns).await?,
+        2,
+        "one Apply each, none undoing the other"
+    );
+    operator.finish(&ns).await
+}
+
 /// Two tests of `$f`: `$name::on_postgresql` and `$name::on_mariadb`, each
 /// in a namespace named after `$label` and its engine.
 macro_rules! on_both_engines {
@@ -1153,4 +1528,19 @@ on_both_engines!(
     a_manager_killed_after_the_apply_outcome_applies_once,
     "kill-outcome",
     killed_after_the_apply_outcome
+);
+on_both_engines!(
+    a_privilege_change_under_always_waits_for_an_approval,
+    "grant",
+    privilege_change_waits
+);
+on_both_engines!(
+    a_proof_that_reads_another_database_blocks_until_put_back_or_settled,
+    "target",
+    target_moved_before_the_proof
+);
+on_both_engines!(
+    two_schemas_sharing_a_realm_both_converge,
+    "shared",
+    shared_realm_converges
 );

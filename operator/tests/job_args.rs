@@ -157,6 +157,13 @@ fn check_database(stem: &str, input: &JobInput, d: &DatabaseArgs) {
         input.target.lock_timeout.to_std().ok(),
         "{stem}"
     );
+    // Only a Plan carries the exclude selectors.
+    let exclude: &[String] = if input.operation == OperationType::Plan {
+        &input.target.exclude
+    } else {
+        &[]
+    };
+    assert_eq!(d.exclude, exclude, "{stem}");
 }
 
 /// The plan an Apply runs.

@@ -29,6 +29,7 @@ pub fn job_input(
         job_spec,
     )?;
     input.target.dev_url_from = spec.dev.as_ref().map(|d| d.url_from.clone());
+    input.target.exclude = spec.policy.exclude.clone();
     input.apply = apply_input(schema, claim)?;
     Ok(input)
 }

@@ -63,7 +63,8 @@ pub fn current_plan<'a, P>(
 }
 
 /// Everything of a Job's input but what an Apply runs (`apply` is `None`),
-/// for either family. A schema would set `target.dev_url_from` after it.
+/// for either family. A schema would set `target.dev_url_from` and
+/// `target.exclude` after it.
 pub fn common_input(
     kind: OwnerKind,
     meta: &ObjectMeta,
@@ -102,6 +103,7 @@ pub fn common_input(
             url_from: family.target.url_from.clone(),
             dev_url_from: None,
             lock_timeout: family.lock_timeout.clone(),
+            exclude: Vec::new(),
         },
         source: source_input(family.source, claim)?,
         apply: None,

@@ -175,6 +175,12 @@ pub fn example(family: OwnerKind, op: OperationType, kind: Kind, namespace: &str
                 },
             ),
             lock_timeout: GoDuration::new("30s"),
+            // A schema's Plan leaves another claimant's table out of scope.
+            exclude: if op == OperationType::Plan && family == OwnerKind::PtahSchema {
+                vec!["audit_log".into()]
+            } else {
+                Vec::new()
+            },
         },
         source: source(kind, op, family),
         apply,

@@ -85,6 +85,8 @@ pub mod flag {
     pub const CONNECT_TIMEOUT: &str = "connect-timeout";
     /// [`super::DatabaseFlags::lock_timeout`].
     pub const LOCK_TIMEOUT: &str = "lock-timeout";
+    /// A schema Plan's `spec.policy.exclude` selector, once per selector.
+    pub const EXCLUDE: &str = "exclude";
     /// The plan resource an Apply runs.
     pub const PLAN: &str = "plan";
     /// Its fingerprint.

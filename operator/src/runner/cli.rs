@@ -340,6 +340,10 @@ pub struct DatabaseArgs {
     /// Lock timeout.
     #[arg(long = flag::LOCK_TIMEOUT, value_parser = parse_duration)]
     pub lock_timeout: Duration,
+    /// Objects Plan leaves out of its scope (Ptah's `--exclude`), once per
+    /// selector; Observe reads without them, as the API says.
+    #[arg(long = flag::EXCLUDE)]
+    pub exclude: Vec<String>,
     /// The Ptah CLI the runner drives (the executor image's; not written by
     /// the Job builder).
     #[arg(long, default_value = super::executor::PTAH_PATH, value_parser = parse_abs_path, hide = true)]

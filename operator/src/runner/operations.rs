@@ -4,8 +4,8 @@
 //!   Only the digest, dialect, total count, highest severity and bounded
 //!   category aggregates leave the Pod; the report's `database_url` is
 //!   compared with the URL the runner gave and dropped.
-//! * **Plan**: two independent `ptah schema plan --dry-run` runs, accepted
-//!   only when byte-identical, then `ptah schema apply --plan=<file>
+//! * **Plan**: two independent `ptah schema plan --dry-run` runs (with
+//!   `spec.policy.exclude` as `--exclude`), accepted only when byte-identical, then `ptah schema apply --plan=<file>
 //!   --dry-run` of those exact bytes. The synced line is the authoritative
 //!   no-change result.
 //! * **Apply**: the checked plan bytes (fetched, hashed and written by the
@@ -100,13 +100,16 @@ pub async fn plan(
     limit: Duration,
 ) -> Result<StepOutput, StepError> {
     let target = target(a, exec)?;
-    let args = vec![
+    let mut args = vec![
         "schema".into(),
         "plan".into(),
         format!("--schema-file={}", a.source.display()),
         "--dry-run".into(),
         format!("--connect-timeout={}", go_duration(a.connect_timeout)),
     ];
+    // The selectors travel in the plan document, so the dry run and the
+    // Apply of those bytes keep the same scope without them.
+    args.extend(a.exclude.iter().map(|s| format!("--exclude={s}")));
     let first = exec.run(&args, limit).await?;
     let second = exec.run(&args, limit).await?;
     let one = reports::plan(&first).map_err(|e| report_error("plan", e))?;

@@ -148,6 +148,14 @@ pub(super) fn database_operation(input: &JobInput, parts: &mut Parts) -> Result<
         }
         .render(),
     );
+    if op == OperationType::Plan {
+        parts.args.extend(
+            target
+                .exclude
+                .iter()
+                .map(|selector| arg(flag::EXCLUDE, selector)),
+        );
+    }
     parts.mounts.push(mount("source", SOURCE_DIR, true));
     parts.env.push(env_secret(
         "PTAH_DB_URL",

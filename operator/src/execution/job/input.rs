@@ -74,6 +74,8 @@ pub struct TargetInput {
     pub dev_url_from: Option<SecretKeyRef>,
     /// `spec.policy.lockTimeout`.
     pub lock_timeout: GoDuration,
+    /// `spec.policy.exclude`: Ptah's `--exclude` selectors, for Plan only.
+    pub exclude: Vec<String>,
 }
 
 /// A Git repository, as Resolve reads it or as a later operation fetches the

@@ -80,6 +80,7 @@ fn example_job() -> (Job, ClaimInput, String) {
             },
             dev_url_from: None,
             lock_timeout: GoDuration::new("30s"),
+            exclude: Vec::new(),
         },
         source: SourceInput::ConfigMap {
             snapshot_name: "ptah-src-1".into(),
