@@ -8,8 +8,9 @@ source "$here/tools/pins.env"
 say() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # Debian packages: PostgreSQL 15, MariaDB, bubblewrap (the process kubelet's
-# sandbox), OpenSSH (the harness's git-over-SSH server), git.
-packages=(postgresql mariadb-server mariadb-client bubblewrap openssh-server openssh-client git curl)
+# sandbox), OpenSSH (the harness's git-over-SSH server), git, and envsubst
+# (gettext-base) for the harness examples.
+packages=(postgresql mariadb-server mariadb-client bubblewrap openssh-server openssh-client git curl gettext-base)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

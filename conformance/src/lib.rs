@@ -9,6 +9,7 @@ pub mod certs;
 pub mod crds;
 pub mod demo;
 pub mod env;
+pub mod examples;
 pub mod gitserve;
 pub mod harness;
 pub mod kubelet;

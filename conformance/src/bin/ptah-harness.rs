@@ -27,6 +27,9 @@ enum Cmd {
     Env,
     /// Show the running control plane at work (after `up`).
     Demo,
+    /// Prepare the namespace `ptah-examples` for `examples/harness/` and
+    /// start a manager for it (after `up`; `down` stops it).
+    Examples,
 }
 
 #[tokio::main]
@@ -54,6 +57,39 @@ async fn main() -> anyhow::Result<()> {
         }
         Cmd::Env => print!("{}", harness.env()?),
         Cmd::Demo => conformance::demo::run(&harness).await?,
+        Cmd::Examples => examples(&harness).await?,
     }
+    Ok(())
+}
+
+/// `examples`: the namespace, its databases and sources, the variables the
+/// manifests name, and the manager, recorded beside the harness's own
+/// processes.
+async fn examples(harness: &Harness) -> anyhow::Result<()> {
+    use conformance::examples::{self, NAMESPACE};
+    use conformance::service::{ServiceSpec, log_path, start};
+    use conformance::testkit::manager::{ManagerSpec, command_line};
+    let prepared = examples::prepare(harness, NAMESPACE).await?;
+    let env = examples::env_path(harness);
+    std::fs::write(&env, prepared.env_file())?;
+    let line = command_line(harness, NAMESPACE, &ManagerSpec::default())?;
+    let mut spec = ServiceSpec::new("ptah-operator-examples", &line.exe).args(line.args);
+    for (k, v) in line.env {
+        spec = spec.env(&k, v);
+    }
+    start(&harness.state, &spec)?;
+    println!("namespace {NAMESPACE}: three empty PostgreSQL databases and their Secrets,");
+    println!("  a Git repository, a signed OCI artifact and its verification policy");
+    println!(
+        "manager: ptah-operator watching {NAMESPACE} (log: {})",
+        log_path(&harness.state, "ptah-operator-examples").display()
+    );
+    println!("variables: {}", env.display());
+    println!();
+    println!("  source .harness/env && source {}", env.display());
+    println!(
+        "  for f in examples/harness/*.yaml; do envsubst < \"$f\" | kubectl apply --server-side -n {NAMESPACE} -f -; done"
+    );
+    println!("  kubectl get ptahschemas -n {NAMESPACE} -w");
     Ok(())
 }

@@ -50,54 +50,22 @@ impl Manager {
 
     /// Starts a manager watching the namespace `ns` of `harness` only.
     pub fn start_in(harness: &Harness, ns: &str, spec: &ManagerSpec) -> anyhow::Result<Manager> {
-        // A benchmark may run another build (`PTAH_OPERATOR_BIN`, e.g. the
-        // release one); the tests run the debug build the harness maps.
-        let exe = std::env::var_os("PTAH_OPERATOR_BIN")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| harness.target_dir.join("ptah-operator"));
-        anyhow::ensure!(
-            exe.exists(),
-            "{} is not built: run `cargo build --workspace --bins`",
-            exe.display()
-        );
-        let dir = harness.state.join("managers");
-        std::fs::create_dir_all(&dir)?;
-        let log = dir.join(format!("{}-{}.log", ns, super::unique("m")));
+        let line = command_line(harness, ns, spec)?;
+        let log = line.dir.join(format!("{}-{}.log", ns, super::unique("m")));
         let out = std::fs::File::create(&log)?;
-        let tls_dir = dir.join(format!("{ns}-tls"));
-        let mut cmd = Command::new(&exe);
-        cmd.env("KUBECONFIG", harness.operator_kubeconfig())
-            .env("RUST_LOG", "info,ptah_operator=debug,kube=warn")
-            .arg(format!("--listen=127.0.0.1:{}", spec.port.unwrap_or(0)))
-            .arg(format!(
-                "--token-key-file={}",
-                dir.join(format!("{}.key", ns)).display()
-            ))
-            .arg(format!("--tls-dir={}", tls_dir.display()))
-            .arg(format!("--runner-image={OPERATOR_IMAGE_PINNED}"))
-            .arg(format!("--executor-image={EXECUTOR_IMAGE_PINNED}"))
-            .arg(format!("--coordination-namespace={}", ns))
-            .arg(format!("--watch-namespace={}", ns))
-            .arg(format!("--holder=test-{}", ns))
+        let mut cmd = Command::new(&line.exe);
+        cmd.envs(line.env.iter().map(|(k, v)| (k, v)))
+            .args(&line.args)
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out);
-        if let Some(f) = spec.fault_point {
-            cmd.arg(format!("--fault-point={f}"));
-        }
-        if let Some(op) = spec.fault_operation {
-            cmd.arg(format!("--fault-operation={op}"));
-        }
-        if let Some(s) = spec.lease_duration_seconds {
-            cmd.arg(format!("--lease-duration-seconds={s}"));
-        }
         let child = cmd
             .spawn()
-            .with_context(|| format!("starting {}", exe.display()))?;
+            .with_context(|| format!("starting {}", line.exe.display()))?;
         Ok(Manager {
             child,
             log,
-            tls_dir,
+            tls_dir: line.tls_dir,
         })
     }
 
@@ -149,4 +117,81 @@ impl Drop for Manager {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// How a manager for one namespace of the harness is started: its program,
+/// environment and arguments, and the directories it keeps its key and
+/// certificates in.
+pub struct CommandLine {
+    /// The program.
+    pub exe: PathBuf,
+    /// Its environment.
+    pub env: Vec<(String, String)>,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The directory of managers' files under the harness state.
+    pub dir: PathBuf,
+    /// Where its receiver's certificates are.
+    pub tls_dir: PathBuf,
+}
+
+/// The command line of a manager watching `ns` of `harness` only, with its
+/// Leases in `ns` too.
+pub fn command_line(
+    harness: &Harness,
+    ns: &str,
+    spec: &ManagerSpec,
+) -> anyhow::Result<CommandLine> {
+    // A benchmark may run another build (`PTAH_OPERATOR_BIN`, e.g. the
+    // release one); the tests run the debug build the harness maps.
+    let exe = std::env::var_os("PTAH_OPERATOR_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| harness.target_dir.join("ptah-operator"));
+    anyhow::ensure!(
+        exe.exists(),
+        "{} is not built: run `cargo build --workspace --bins`",
+        exe.display()
+    );
+    let dir = harness.state.join("managers");
+    std::fs::create_dir_all(&dir)?;
+    let tls_dir = dir.join(format!("{ns}-tls"));
+    let mut args = vec![
+        format!("--listen=127.0.0.1:{}", spec.port.unwrap_or(0)),
+        format!(
+            "--token-key-file={}",
+            dir.join(format!("{ns}.key")).display()
+        ),
+        format!("--tls-dir={}", tls_dir.display()),
+        format!("--runner-image={OPERATOR_IMAGE_PINNED}"),
+        format!("--executor-image={EXECUTOR_IMAGE_PINNED}"),
+        format!("--coordination-namespace={ns}"),
+        format!("--watch-namespace={ns}"),
+        format!("--holder=test-{ns}"),
+    ];
+    args.extend(spec.fault_point.map(|f| format!("--fault-point={f}")));
+    args.extend(
+        spec.fault_operation
+            .map(|op| format!("--fault-operation={op}")),
+    );
+    args.extend(
+        spec.lease_duration_seconds
+            .map(|s| format!("--lease-duration-seconds={s}")),
+    );
+    let env = vec![
+        (
+            "KUBECONFIG".to_string(),
+            harness.operator_kubeconfig().display().to_string(),
+        ),
+        (
+            "RUST_LOG".to_string(),
+            "info,ptah_operator=debug,kube=warn".to_string(),
+        ),
+    ];
+    Ok(CommandLine {
+        exe,
+        env,
+        args,
+        dir,
+        tls_dir,
+    })
 }
