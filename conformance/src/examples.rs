@@ -121,14 +121,14 @@ pub async fn prepare(harness: &Harness, ns: &str) -> anyhow::Result<Prepared> {
     // The OCI source: pushed with `ptah schema push`, signed with a key of
     // the harness's, and the policy that accepts that key.
     let registry = Registry::from_harness(harness)?;
-    let tagged = format!("{}/ptah-examples/{ns}:v1", registry.host);
+    let tagged = format!("{}/{ns}/orders:v1", registry.host);
     let pushed = push_schema_file(&tagged, "schema.sql", SCHEMA_SQL.as_bytes()).await?;
     let keys = harness.state.join("examples").join(ns);
     if keys.exists() {
         std::fs::remove_dir_all(&keys)?;
     }
     std::fs::create_dir_all(&keys)?;
-    let pinned = format!("{}/ptah-examples/{ns}@{}", registry.host, pushed.digest);
+    let pinned = format!("{}/{ns}/orders@{}", registry.host, pushed.digest);
     let signer = signed_by_new_key(&registry, &keys, "signer", &pinned)?;
     Api::<ConfigMap>::namespaced(client, ns)
         .patch(

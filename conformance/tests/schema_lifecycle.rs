@@ -36,6 +36,18 @@
 //!   dispatch (the claim, the Job create, its UID, the outcome) and started
 //!   again: one Job for the claim at most, the claim never lost, no second
 //!   Apply, and the schema `InSync`.
+//! * A privilege change (a `GRANT`) under `Always` waits for an approval
+//!   (`ApprovalRequired` with `PrivilegeChanges`); approved, it runs once.
+//! * The Secret pointed at another database between an Apply and its
+//!   proof: `Blocked` with `TargetIdentityChanged`, claim and Lease kept,
+//!   read again after `failureRetryInterval`; put back, the proof verifies
+//!   the Apply; settled with the settled-apply annotation, the proof is
+//!   dropped unverified and the next read plans the database the Secret
+//!   names, with no Apply.
+//! * Two schemas of one database, each excluding the other's table: both
+//!   `RealmConflict` without `sharedRealm`, both `InSync` with it on both.
+//! * `bench_schema_paths` (ignored; `conformance/bench/schema-paths.sh`):
+//!   an edit to its plan, and an approval to `InSync`, timed.
 
 use std::time::Duration;
 
