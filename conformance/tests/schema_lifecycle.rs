@@ -59,14 +59,14 @@ use serde_json::{Value, json};
 use conformance::gitserve::repo::tag;
 use conformance::gitserve::{commit_files, create_repo};
 use conformance::harness::Harness;
-use conformance::testkit::admission::Webhooks;
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
 use conformance::testkit::git::endpoints;
-use conformance::testkit::job::{count, operations};
+use conformance::testkit::job::{count, operations, running_pod};
 use conformance::testkit::manager::{Manager, ManagerSpec, free_port};
 use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::oci::{Registry, key_policy, push_schema_file, signed_by_new_key};
+use conformance::testkit::operator::{Operator, PATIENCE, create_admitted};
 use conformance::testkit::wait::Patience;
 use k8s_openapi::api::core::v1::ConfigMap;
 use operator::admission::webhook_configurations;
@@ -77,56 +77,6 @@ use operator::api::schema::{PtahSchema, SchemaPlanSummary};
 
 async fn harness() -> &'static Harness {
     conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await
-}
-
-/// Six Jobs one after the other, each run by the process kubelet.
-const PATIENCE: Patience = Patience::new(Duration::from_secs(240), Duration::from_millis(250));
-
-/// A manager with its admission webhooks registered for the namespace.
-struct Operator {
-    manager: Manager,
-    _webhooks: Webhooks,
-}
-
-impl Operator {
-    async fn start(ns: &TestNamespace) -> anyhow::Result<Operator> {
-        let port = free_port()?;
-        let spec = ManagerSpec {
-            port: Some(port),
-            ..Default::default()
-        };
-        let manager = Manager::start(ns, &spec)?;
-        let webhooks =
-            Webhooks::of_manager(ns, webhook_configurations, port, manager.tls_dir()).await?;
-        Ok(Operator {
-            manager,
-            _webhooks: webhooks,
-        })
-    }
-
-    fn log(&self) -> String {
-        self.manager.log()
-    }
-
-    /// Waits until `orders` is `what` says, with the manager's log when it
-    /// never is.
-    async fn until(
-        &self,
-        ns: &TestNamespace,
-        what: &str,
-        done: impl Fn(&PtahSchema) -> bool,
-    ) -> anyhow::Result<PtahSchema> {
-        ns.until(&PATIENCE, "orders", what, done)
-            .await
-            .with_context(|| self.log())
-    }
-
-    /// Deletes the schemas while the manager runs, then stops it.
-    async fn finish(self, ns: &TestNamespace) -> anyhow::Result<()> {
-        ns.delete_all::<PtahSchema>(&PATIENCE).await?;
-        drop(self);
-        Ok(())
-    }
 }
 
 /// A test's namespace, its database, `orders` declared there, and the
@@ -143,7 +93,7 @@ impl Scene {
         let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
         let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
         let signed = declare(&ns, &db, from, policy).await?;
-        let operator = Operator::start(&ns).await?;
+        let operator = Operator::start(&ns, webhook_configurations).await?;
         Ok(Scene {
             ns,
             db,
@@ -194,26 +144,8 @@ fn approval(name: &str, schema: &PtahSchema, plan: &SchemaPlanSummary, fingerpri
     })
 }
 
-/// Creates `value`, waiting while the webhooks are not answering yet (the
-/// API server calls them from their registration on, and the manager
-/// serves them from its start).
 async fn create_approval(ns: &TestNamespace, value: Value) -> anyhow::Result<PtahSchemaApproval> {
-    let api = ns.api::<PtahSchemaApproval>();
-    let obj: PtahSchemaApproval = serde_json::from_value(value)?;
-    PATIENCE
-        .poll("the approval to be admitted", || {
-            let (api, obj) = (api.clone(), obj.clone());
-            async move {
-                match api.create(&Default::default(), &obj).await {
-                    Ok(created) => Ok(Some(created)),
-                    Err(kube::Error::Api(e)) if e.message.contains("failed calling webhook") => {
-                        Ok(None)
-                    }
-                    Err(e) => Err(e.into()),
-                }
-            }
-        })
-        .await
+    create_admitted(ns, value).await
 }
 
 /// Where a first schema's [`executor::SCHEMA_SQL`] comes from.
@@ -334,15 +266,20 @@ async fn first_schema_waits_for_its_exact_approval(
     } = Scene::start(engine, test, from, json!({"apply": "OnApproval"})).await?;
 
     let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
-    let mut s = operator.until(&ns, "AwaitingApproval", awaiting).await?;
+    let mut s = operator
+        .until(&ns, "orders", "AwaitingApproval", awaiting)
+        .await?;
     if let Some(signed) = &signed {
         // The same bytes signed by someone else are another plan.
         let first = plan_of(&s)?;
         signed.resign(&ns, "second").await?;
         s = operator
-            .until(&ns, "the plan of the new signer", |s: &PtahSchema| {
-                awaiting(s) && plan_uid(s).is_some_and(|u| u != first.uid)
-            })
+            .until(
+                &ns,
+                "orders",
+                "the plan of the new signer",
+                |s: &PtahSchema| awaiting(s) && plan_uid(s).is_some_and(|u| u != first.uid),
+            )
             .await?;
         let second = plan_of(&s)?;
         assert_ne!(second.fingerprint, first.fingerprint);
@@ -379,7 +316,7 @@ async fn first_schema_waits_for_its_exact_approval(
     assert!(approved.spec.approved_at.is_some());
 
     let s = operator
-        .until(&ns, "InSync", |s: &PtahSchema| {
+        .until(&ns, "orders", "InSync", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
         })
         .await?;
@@ -424,7 +361,7 @@ async fn first_schema_waits_for_its_exact_approval(
         1,
         "one Apply Job"
     );
-    operator.finish(&ns).await
+    operator.finish::<PtahSchema>(&ns).await
 }
 
 fn stalled_reason(s: &PtahSchema) -> Option<Reason> {
@@ -469,7 +406,9 @@ async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
     let in_sync = |after: Option<String>| {
         move |s: &PtahSchema| phase(s) == Some(SchemaPhase::InSync) && applied_plan(s) != after
     };
-    let s = operator.until(&ns, "InSync", in_sync(None)).await?;
+    let s = operator
+        .until(&ns, "orders", "InSync", in_sync(None))
+        .await?;
     let first = applied_plan(&s);
 
     // Always, nothing destructive: the change is applied with no approval.
@@ -477,7 +416,7 @@ async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
     ns.set_config_map_key("orders-schema", "schema.sql", &widened)
         .await?;
     let s = operator
-        .until(&ns, "InSync after a new column", in_sync(first))
+        .until(&ns, "orders", "InSync after a new column", in_sync(first))
         .await?;
     assert_eq!(
         db.columns("orders")?.len(),
@@ -499,7 +438,7 @@ async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
     ns.set_config_map_key("orders-schema", "schema.sql", &orders(&[]))
         .await?;
     let s = operator
-        .until(&ns, "Blocked, destructive", |s: &PtahSchema| {
+        .until(&ns, "orders", "Blocked, destructive", |s: &PtahSchema| {
             stalled_reason(s) == Some(Reason::DestructiveChangesDisabled)
         })
         .await?;
@@ -513,7 +452,7 @@ async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
     )
     .await?;
     operator
-        .until(&ns, "Blocked, protected", |s: &PtahSchema| {
+        .until(&ns, "orders", "Blocked, protected", |s: &PtahSchema| {
             stalled_reason(s) == Some(Reason::ProtectedTable)
         })
         .await?;
@@ -526,7 +465,7 @@ async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
     )
     .await?;
     let s = operator
-        .until(&ns, "Blocked, apply: Never", |s: &PtahSchema| {
+        .until(&ns, "orders", "Blocked, apply: Never", |s: &PtahSchema| {
             stalled_reason(s) == Some(Reason::ApplyDisabled)
         })
         .await?;
@@ -535,7 +474,7 @@ async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
     assert_eq!(db.columns("orders")?.len(), 3);
     assert_eq!(apply_jobs(&ns).await?, 2, "no Apply ran after the second");
 
-    operator.finish(&ns).await
+    operator.finish::<PtahSchema>(&ns).await
 }
 
 fn generation_seen(s: &PtahSchema) -> bool {
@@ -569,10 +508,12 @@ async fn drift_by_hand(engine: Engine, test: &str) -> anyhow::Result<()> {
         ns, db, operator, ..
     } = Scene::start(engine, test, From::ConfigMap, json!({"apply": "Always"})).await?;
     let in_sync = |s: &PtahSchema| phase(s) == Some(SchemaPhase::InSync) && generation_seen(s);
-    operator.until(&ns, "InSync", in_sync).await?;
+    operator.until(&ns, "orders", "InSync", in_sync).await?;
     // From here on plans are published and none is applied, read every hour.
     patch_spec(&ns, json!({"policy": {"apply": "Never"}, "interval": "1h"})).await?;
-    operator.until(&ns, "InSync under Never", in_sync).await?;
+    operator
+        .until(&ns, "orders", "InSync under Never", in_sync)
+        .await?;
     let jobs_before = operations(&ns).await?.len();
 
     let drop_customer = "ALTER TABLE orders DROP COLUMN customer";
@@ -594,9 +535,12 @@ async fn drift_by_hand(engine: Engine, test: &str) -> anyhow::Result<()> {
         )
         .await?;
     let s = operator
-        .until(&ns, "drift after a read request", |s: &PtahSchema| {
-            stalled_reason(s) == Some(Reason::ApplyDisabled) && drift(s)
-        })
+        .until(
+            &ns,
+            "orders",
+            "drift after a read request",
+            |s: &PtahSchema| stalled_reason(s) == Some(Reason::ApplyDisabled) && drift(s),
+        )
         .await?;
     let answered = s
         .status
@@ -615,13 +559,13 @@ async fn drift_by_hand(engine: Engine, test: &str) -> anyhow::Result<()> {
         .await?;
     db.sql("ALTER TABLE orders ADD COLUMN customer varchar(64) NOT NULL")?;
     operator
-        .until(&ns, "InSync at the interval", |s: &PtahSchema| {
+        .until(&ns, "orders", "InSync at the interval", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync) && !drift(s)
         })
         .await?;
     db.sql(drop_customer)?;
     let s = operator
-        .until(&ns, "drift at the interval", |s: &PtahSchema| {
+        .until(&ns, "orders", "drift at the interval", |s: &PtahSchema| {
             stalled_reason(s) == Some(Reason::ApplyDisabled) && drift(s)
         })
         .await?;
@@ -635,7 +579,7 @@ async fn drift_by_hand(engine: Engine, test: &str) -> anyhow::Result<()> {
     );
     assert_eq!(apply_jobs(&ns).await?, 1, "only the first Apply ran");
 
-    operator.finish(&ns).await
+    operator.finish::<PtahSchema>(&ns).await
 }
 
 /// The reasons of the Events about `name`.
@@ -663,7 +607,9 @@ async fn edit_retires_the_awaited_plan(engine: Engine, test: &str) -> anyhow::Re
     )
     .await?;
     let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
-    let s = operator.until(&ns, "AwaitingApproval", awaiting).await?;
+    let s = operator
+        .until(&ns, "orders", "AwaitingApproval", awaiting)
+        .await?;
     let old = plan_of(&s)?;
 
     ns.set_config_map_key(
@@ -673,7 +619,7 @@ async fn edit_retires_the_awaited_plan(engine: Engine, test: &str) -> anyhow::Re
     )
     .await?;
     let s = operator
-        .until(&ns, "the new plan awaited", |s: &PtahSchema| {
+        .until(&ns, "orders", "the new plan awaited", |s: &PtahSchema| {
             awaiting(s) && plan_uid(s).is_some_and(|u| u != old.uid)
         })
         .await?;
@@ -707,14 +653,14 @@ async fn edit_retires_the_awaited_plan(engine: Engine, test: &str) -> anyhow::Re
     // The plan that replaced it is the one a person can approve.
     create_approval(&ns, approval("orders-2", &s, &new, &new.fingerprint)).await?;
     let s = operator
-        .until(&ns, "InSync", |s: &PtahSchema| {
+        .until(&ns, "orders", "InSync", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
         })
         .await?;
     assert_eq!(applied_plan(&s), Some(new.uid.clone()));
     assert_eq!(db.columns("orders")?.len(), 3);
     assert_eq!(apply_jobs(&ns).await?, 1);
-    operator.finish(&ns).await
+    operator.finish::<PtahSchema>(&ns).await
 }
 
 /// The operation ids of the namespace's Apply Jobs, one per Job.
@@ -740,16 +686,6 @@ async fn apply_operations(ns: &TestNamespace) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-/// A session that holds `orders` against any ALTER for a while.
-fn lock_orders(db: &TestDatabase, engine: Engine) -> anyhow::Result<std::process::Child> {
-    db.spawn_sql(match engine {
-        Engine::Postgres => {
-            "BEGIN; LOCK TABLE orders IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(20); COMMIT;"
-        }
-        Engine::MariaDb => "LOCK TABLES orders WRITE; SELECT SLEEP(20); UNLOCK TABLES;",
-    })
-}
-
 /// Approves the plan `s` awaits.
 async fn approve(ns: &TestNamespace, s: &PtahSchema, name: &str) -> anyhow::Result<()> {
     let plan = plan_of(s)?;
@@ -769,10 +705,12 @@ async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
     )
     .await?;
     let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
-    let s = operator.until(&ns, "AwaitingApproval", awaiting).await?;
+    let s = operator
+        .until(&ns, "orders", "AwaitingApproval", awaiting)
+        .await?;
     approve(&ns, &s, "first").await?;
     let s = operator
-        .until(&ns, "InSync", |s: &PtahSchema| {
+        .until(&ns, "orders", "InSync", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
         })
         .await?;
@@ -787,22 +725,18 @@ async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
     )
     .await?;
     let s = operator
-        .until(&ns, "the new column awaiting", |s: &PtahSchema| {
-            awaiting(s) && plan_uid(s) != first
-        })
+        .until(
+            &ns,
+            "orders",
+            "the new column awaiting",
+            |s: &PtahSchema| awaiting(s) && plan_uid(s) != first,
+        )
         .await?;
-    let mut lock = lock_orders(&db, engine)?;
+    let mut lock = db.lock_table("orders", 20)?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     approve(&ns, &s, "second").await?;
-    let pod = PATIENCE
-        .poll("the second Apply's Pod running", || async {
-            // The first Apply's Pod has ended: a running one is the second's.
-            let pods = ns.api::<Pod>().list(&ListParams::default()).await?;
-            anyhow::Ok(pods.items.into_iter().find(|p| {
-                p.name_any().starts_with("ptah-apply-")
-                    && p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running")
-            }))
-        })
+    // The first Apply's Pod has ended: a running one is the second's.
+    let pod = running_pod(&ns, "ptah-apply-", &PATIENCE)
         .await
         .with_context(|| operator.log())?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -811,7 +745,7 @@ async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
         .await?;
 
     let s = operator
-        .until(&ns, "the outcome unknown", |s: &PtahSchema| {
+        .until(&ns, "orders", "the outcome unknown", |s: &PtahSchema| {
             entry(s, JournalEntryType::ApplyFinished)
                 .is_ok_and(|e| e.reason == Some(Reason::ApplyOutcomeUnknown))
         })
@@ -824,7 +758,7 @@ async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
     // (ConvergedAfterUnknownOutcome), or changes remain and a new plan
     // waits for its own approval and its own Apply.
     let proved = operator
-        .until(&ns, "the proof", |s: &PtahSchema| {
+        .until(&ns, "orders", "the proof", |s: &PtahSchema| {
             s.status.as_ref().is_some_and(|st| {
                 st.journal.iter().any(|e| {
                     e.type_ == JournalEntryType::Verified && e.operation_id == unknown.operation_id
@@ -842,9 +776,12 @@ async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
         );
         approve(&ns, &proved, "third").await?;
         operator
-            .until(&ns, "InSync after the new plan", |s: &PtahSchema| {
-                phase(s) == Some(SchemaPhase::InSync)
-            })
+            .until(
+                &ns,
+                "orders",
+                "InSync after the new plan",
+                |s: &PtahSchema| phase(s) == Some(SchemaPhase::InSync),
+            )
             .await?
     } else {
         assert_eq!(
@@ -877,7 +814,7 @@ async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
     assert_eq!(distinct.len(), ops.len(), "{ops:?}");
     assert_eq!(phase(&settled), Some(SchemaPhase::InSync));
     assert_eq!(db.columns("orders")?.len(), 3);
-    operator.finish(&ns).await
+    operator.finish::<PtahSchema>(&ns).await
 }
 
 /// Points the Secret `orders-db` at `url`.
@@ -910,7 +847,7 @@ async fn database_unreachable(engine: Engine, test: &str) -> anyhow::Result<()> 
         ns, db, operator, ..
     } = Scene::start(engine, test, From::ConfigMap, json!({"apply": "Always"})).await?;
     operator
-        .until(&ns, "InSync", |s: &PtahSchema| {
+        .until(&ns, "orders", "InSync", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
         })
         .await?;
@@ -922,7 +859,7 @@ async fn database_unreachable(engine: Engine, test: &str) -> anyhow::Result<()> 
     set_url(&ns, down.as_str()).await?;
     patch_spec(&ns, json!({"interval": "1h"})).await?;
     let s = operator
-        .until(&ns, "the read failed twice", |s: &PtahSchema| {
+        .until(&ns, "orders", "the read failed twice", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::Failed) && failed_attempts(s) >= 2
         })
         .await?;
@@ -963,7 +900,7 @@ async fn database_unreachable(engine: Engine, test: &str) -> anyhow::Result<()> 
     // Back: the next attempt reads it and finds nothing to do.
     set_url(&ns, &db.url()).await?;
     let s = operator
-        .until(&ns, "InSync again", |s: &PtahSchema| {
+        .until(&ns, "orders", "InSync again", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
         })
         .await?;
@@ -972,7 +909,7 @@ async fn database_unreachable(engine: Engine, test: &str) -> anyhow::Result<()> 
         Some(ConditionStatus::False)
     );
     assert_eq!(apply_jobs(&ns).await?, applies);
-    operator.finish(&ns).await
+    operator.finish::<PtahSchema>(&ns).await
 }
 
 async fn killed_during_apply(
@@ -1093,7 +1030,7 @@ async fn privilege_change_waits(engine: Engine, test: &str) -> anyhow::Result<()
         ns, db, operator, ..
     } = Scene::start(engine, test, From::ConfigMap, json!({"apply": "Always"})).await?;
     let s = operator
-        .until(&ns, "InSync", |s: &PtahSchema| {
+        .until(&ns, "orders", "InSync", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
         })
         .await?;
@@ -1106,9 +1043,12 @@ async fn privilege_change_waits(engine: Engine, test: &str) -> anyhow::Result<()
     ns.set_config_map_key("orders-schema", "schema.sql", &granted)
         .await?;
     let s = operator
-        .until(&ns, "the grant awaiting approval", |s: &PtahSchema| {
-            phase(s) == Some(SchemaPhase::AwaitingApproval)
-        })
+        .until(
+            &ns,
+            "orders",
+            "the grant awaiting approval",
+            |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval),
+        )
         .await?;
     let plan = plan_of(&s)?;
     assert_eq!(
@@ -1140,7 +1080,7 @@ async fn privilege_change_waits(engine: Engine, test: &str) -> anyhow::Result<()
             )
     };
     let s = operator
-        .until(&ns, "the grant applied and proved", proved)
+        .until(&ns, "orders", "the grant applied and proved", proved)
         .await?;
     assert_eq!(apply_jobs(&ns).await?, 2);
     match engine {
@@ -1176,25 +1116,7 @@ async fn privilege_change_waits(engine: Engine, test: &str) -> anyhow::Result<()
             assert_eq!(apply_jobs(&ns).await?, 2);
         }
     }
-    operator.finish(&ns).await
-}
-
-/// Waits for the second Apply's Pod to run (the first has ended).
-async fn running_apply_pod(
-    ns: &TestNamespace,
-    operator: &Operator,
-) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
-    use k8s_openapi::api::core::v1::Pod;
-    PATIENCE
-        .poll("an Apply's Pod running", || async {
-            let pods = ns.api::<Pod>().list(&ListParams::default()).await?;
-            anyhow::Ok(pods.items.into_iter().find(|p| {
-                p.name_any().starts_with("ptah-apply-")
-                    && p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running")
-            }))
-        })
-        .await
-        .with_context(|| operator.log())
+    operator.finish::<PtahSchema>(&ns).await
 }
 
 /// The owed proof, with its Lease held by the manager.
@@ -1233,12 +1155,11 @@ async fn apply_then_move_the_secret(
     operator: &Operator,
     db: &TestDatabase,
     elsewhere: &TestDatabase,
-    engine: Engine,
     column: &str,
     approval: &str,
 ) -> anyhow::Result<PtahSchema> {
     let before = operator
-        .until(ns, "InSync", |s: &PtahSchema| {
+        .until(ns, "orders", "InSync", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
         })
         .await?;
@@ -1246,21 +1167,26 @@ async fn apply_then_move_the_secret(
     ns.set_config_map_key("orders-schema", "schema.sql", &orders(&[column]))
         .await?;
     let s = operator
-        .until(ns, "the new column awaiting", |s: &PtahSchema| {
+        .until(ns, "orders", "the new column awaiting", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::AwaitingApproval) && plan_uid(s) != applied
         })
         .await?;
-    let mut lock = lock_orders(db, engine)?;
+    let mut lock = db.lock_table("orders", 20)?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     approve(ns, &s, approval).await?;
-    running_apply_pod(ns, operator).await?;
+    running_pod(ns, "ptah-apply-", &PATIENCE)
+        .await
+        .with_context(|| operator.log())?;
     set_url(ns, &elsewhere.url()).await?;
     let _ = lock.kill();
     let _ = lock.wait();
     operator
-        .until(ns, "Blocked, TargetIdentityChanged", |s: &PtahSchema| {
-            stalled_reason(s) == Some(Reason::TargetIdentityChanged)
-        })
+        .until(
+            ns,
+            "orders",
+            "Blocked, TargetIdentityChanged",
+            |s: &PtahSchema| stalled_reason(s) == Some(Reason::TargetIdentityChanged),
+        )
         .await
 }
 
@@ -1277,7 +1203,7 @@ async fn target_moved_before_the_proof(engine: Engine, test: &str) -> anyhow::Re
     let elsewhere =
         TestDatabase::create(ns.harness(), engine, &format!("{}-elsewhere", ns.name()))?;
     let s = operator
-        .until(&ns, "AwaitingApproval", |s: &PtahSchema| {
+        .until(&ns, "orders", "AwaitingApproval", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::AwaitingApproval)
         })
         .await?;
@@ -1289,7 +1215,6 @@ async fn target_moved_before_the_proof(engine: Engine, test: &str) -> anyhow::Re
         &operator,
         &db,
         &elsewhere,
-        engine,
         "  note varchar(32)",
         "second",
     )
@@ -1312,7 +1237,7 @@ async fn target_moved_before_the_proof(engine: Engine, test: &str) -> anyhow::Re
     // Put back: the proof finishes and verifies that Apply.
     set_url(&ns, &db.url()).await?;
     let s = operator
-        .until(&ns, "InSync, proved", |s: &PtahSchema| {
+        .until(&ns, "orders", "InSync, proved", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
         })
         .await?;
@@ -1333,7 +1258,6 @@ async fn target_moved_before_the_proof(engine: Engine, test: &str) -> anyhow::Re
         &operator,
         &db,
         &elsewhere,
-        engine,
         "  note varchar(32),\n  shipped boolean",
         "third",
     )
@@ -1352,6 +1276,7 @@ async fn target_moved_before_the_proof(engine: Engine, test: &str) -> anyhow::Re
     let s = operator
         .until(
             &ns,
+            "orders",
             "a plan for the database the Secret names",
             |s: &PtahSchema| {
                 phase(s) == Some(SchemaPhase::AwaitingApproval)
@@ -1376,7 +1301,7 @@ async fn target_moved_before_the_proof(engine: Engine, test: &str) -> anyhow::Re
     assert!(plan_of(&s)?.statement_count.unwrap_or(0) >= 1);
     assert_eq!(apply_jobs(&ns).await?, applies);
     assert!(elsewhere.tables()?.is_empty());
-    operator.finish(&ns).await
+    operator.finish::<PtahSchema>(&ns).await
 }
 
 /// Two PtahSchemas of one database, each declaring its own table and
@@ -1416,7 +1341,7 @@ async fn shared_realm_converges(engine: Engine, test: &str) -> anyhow::Result<()
     let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
     let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
     two_claimants(&ns, &db).await?;
-    let operator = Operator::start(&ns).await?;
+    let operator = Operator::start(&ns, webhook_configurations).await?;
     for name in ["orders", "customers"] {
         ns.until(&PATIENCE, name, "RealmConflict", |s: &PtahSchema| {
             stalled_reason(s) == Some(Reason::RealmConflict)
@@ -1447,7 +1372,7 @@ async fn shared_realm_converges(engine: Engine, test: &str) -> anyhow::Result<()
         2,
         "one Apply each, none undoing the other"
     );
-    operator.finish(&ns).await
+    operator.finish::<PtahSchema>(&ns).await
 }
 
 /// The runner's timings of the namespace's operation Pods not in `seen`:
@@ -1557,10 +1482,12 @@ async fn bench_schema_paths() -> anyhow::Result<()> {
     .await?;
     let fast = Patience::new(Duration::from_secs(240), Duration::from_millis(20));
     let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
-    let s = operator.until(&ns, "AwaitingApproval", awaiting).await?;
+    let s = operator
+        .until(&ns, "orders", "AwaitingApproval", awaiting)
+        .await?;
     approve(&ns, &s, "first").await?;
     operator
-        .until(&ns, "InSync", |s: &PtahSchema| {
+        .until(&ns, "orders", "InSync", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
         })
         .await?;
@@ -1655,7 +1582,7 @@ async fn bench_schema_paths() -> anyhow::Result<()> {
             }
         );
     }
-    operator.finish(&ns).await
+    operator.finish::<PtahSchema>(&ns).await
 }
 
 /// Two tests of `$f`: `$name::on_postgresql` and `$name::on_mariadb`, each

@@ -137,6 +137,19 @@ impl TestDatabase {
             .context("starting the database client")
     }
 
+    /// A session that holds `table` against any change for `seconds`, so
+    /// that a statement of an Apply waits on it while the test acts.
+    pub fn lock_table(&self, table: &str, seconds: u32) -> anyhow::Result<std::process::Child> {
+        self.spawn_sql(&match self.engine {
+            Engine::Postgres => format!(
+                "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep({seconds}); COMMIT;"
+            ),
+            Engine::MariaDb => {
+                format!("LOCK TABLES {table} WRITE; SELECT SLEEP({seconds}); UNLOCK TABLES;")
+            }
+        })
+    }
+
     fn client(&self, sql: &str, rows: bool) -> anyhow::Result<String> {
         let password = self.url.password().unwrap_or_default().to_string();
         let out = self

@@ -92,20 +92,45 @@ pub async fn schema_from(
 /// The Secret `<name>-db`, the ConfigMap `<name>-migrations` holding
 /// [`migration_files`], and the PtahMigration `name` (`apply: Always`).
 pub async fn migration(ns: &TestNamespace, db: &TestDatabase, name: &str) -> anyhow::Result<()> {
-    db.secret(ns, &format!("{name}-db")).await?;
+    migration_under(ns, db, name, json!({"apply": "Always"}), migration_files()).await
+}
+
+/// The ConfigMap `<name>-migrations` holding `files`, and [`migration_from`]
+/// it under `spec.policy` = `policy`.
+pub async fn migration_under(
+    ns: &TestNamespace,
+    db: &TestDatabase,
+    name: &str,
+    policy: Value,
+    files: Value,
+) -> anyhow::Result<()> {
     ns.create::<k8s_openapi::api::core::v1::ConfigMap>(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": format!("{name}-migrations")},
-        "data": migration_files(),
+        "data": files,
     }))
     .await?;
+    let source = json!({"configMap": {"name": format!("{name}-migrations")}});
+    migration_from(ns, db, name, source, policy).await
+}
+
+/// The Secret `<name>-db` and the PtahMigration `name` reading
+/// `spec.source` = `source` under `spec.policy` = `policy`.
+pub async fn migration_from(
+    ns: &TestNamespace,
+    db: &TestDatabase,
+    name: &str,
+    source: Value,
+    policy: Value,
+) -> anyhow::Result<()> {
+    db.secret(ns, &format!("{name}-db")).await?;
     let obj = json!({
         "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahMigration",
         "metadata": {"name": name},
         "spec": {
             "target": target(db, name),
-            "source": {"configMap": {"name": format!("{name}-migrations")}},
-            "policy": {"apply": "Always"},
+            "source": source,
+            "policy": policy,
             "execution": {"failureRetryInterval": "5s"},
         },
     });

@@ -68,3 +68,28 @@ pub async fn count(ns: &super::namespace::TestNamespace, operation: &str) -> any
         .filter(|o| *o == operation)
         .count())
 }
+
+/// Waits, within `patience`, for a running Pod of `ns` whose name starts
+/// with `prefix` (`ptah-apply-`, say).
+pub async fn running_pod(
+    ns: &super::namespace::TestNamespace,
+    prefix: &str,
+    patience: &super::wait::Patience,
+) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
+    use k8s_openapi::api::core::v1::Pod;
+    patience
+        .poll(&format!("a {prefix}… Pod running"), || async {
+            let pods = ns
+                .api::<Pod>()
+                .list(&kube::api::ListParams::default())
+                .await?;
+            anyhow::Ok(pods.items.into_iter().find(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with(prefix))
+                    && p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running")
+            }))
+        })
+        .await
+}

@@ -15,6 +15,7 @@ pub mod job;
 pub mod manager;
 pub mod namespace;
 pub mod oci;
+pub mod operator;
 pub mod wait;
 
 /// A name no other test, and no earlier run on the same harness, uses:

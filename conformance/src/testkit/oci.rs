@@ -538,13 +538,12 @@ pub async fn push_config_typed(
 /// A verification policy trusting one key for schema artifacts, with legacy
 /// `.sig` signatures, under the authority `release`.
 pub fn key_policy(public_pem: &str) -> String {
-    key_policy_for(
-        public_pem,
-        &format!(
-            "artifactTypes: [{}]\n",
-            supplychain::oci::SCHEMA_ARTIFACT_TYPE
-        ),
-    )
+    key_policy_of(public_pem, supplychain::oci::SCHEMA_ARTIFACT_TYPE)
+}
+
+/// A policy trusting `public_pem` for artifacts of `artifact_type` only.
+pub fn key_policy_of(public_pem: &str, artifact_type: &str) -> String {
+    key_policy_for(public_pem, &format!("artifactTypes: [{artifact_type}]\n"))
 }
 
 /// [`key_policy`] naming no artifact type: it accepts the type the source

@@ -1,0 +1,113 @@
+//! The operator as the lifecycle tests run it: a real manager for the test's
+//! namespace with its own admission webhooks registered there, so that
+//! approvals and acknowledgments are stamped and checked as a person's
+//! would be; and creating such an object while the webhooks start answering.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::admission::{Configurations, Webhooks};
+use super::manager::{Manager, ManagerSpec, free_port};
+use super::namespace::TestNamespace;
+use super::wait::Patience;
+
+/// Six Jobs one after the other, each run by the process kubelet.
+pub const PATIENCE: Patience = Patience::new(Duration::from_secs(240), Duration::from_millis(250));
+
+/// A manager with its admission webhooks registered for the namespace.
+pub struct Operator {
+    manager: Manager,
+    _webhooks: Webhooks,
+}
+
+impl Operator {
+    /// Starts the manager for `ns` and registers `configurations` (the
+    /// operator's `admission::webhook_configurations`) pointing at it.
+    pub async fn start(ns: &TestNamespace, configurations: Configurations) -> anyhow::Result<Self> {
+        let port = free_port()?;
+        let spec = ManagerSpec {
+            port: Some(port),
+            ..Default::default()
+        };
+        let manager = Manager::start(ns, &spec)?;
+        let webhooks = Webhooks::of_manager(ns, configurations, port, manager.tls_dir()).await?;
+        Ok(Operator {
+            manager,
+            _webhooks: webhooks,
+        })
+    }
+
+    /// The manager's log so far.
+    pub fn log(&self) -> String {
+        self.manager.log()
+    }
+
+    /// Waits until the object `name` is what `done` says, with the
+    /// manager's log when it never is.
+    pub async fn until<K>(
+        &self,
+        ns: &TestNamespace,
+        name: &str,
+        what: &str,
+        done: impl Fn(&K) -> bool,
+    ) -> anyhow::Result<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        ns.until(&PATIENCE, name, what, done)
+            .await
+            .with_context(|| self.log())
+    }
+
+    /// Deletes the objects of kind `K` while the manager runs (its
+    /// finalizers need it), then stops it.
+    pub async fn finish<K>(self, ns: &TestNamespace) -> anyhow::Result<()>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        ns.delete_all::<K>(&PATIENCE).await?;
+        drop(self);
+        Ok(())
+    }
+}
+
+/// Creates `value`, waiting while the webhooks are not answering yet (the
+/// API server calls them from their registration on, and the manager
+/// serves them from its start).
+pub async fn create_admitted<K>(ns: &TestNamespace, value: serde_json::Value) -> anyhow::Result<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    let api = ns.api::<K>();
+    let obj: K = serde_json::from_value(value)?;
+    PATIENCE
+        .poll("the object to be admitted", || {
+            let (api, obj) = (api.clone(), obj.clone());
+            async move {
+                match api.create(&Default::default(), &obj).await {
+                    Ok(created) => Ok(Some(created)),
+                    Err(kube::Error::Api(e)) if e.message.contains("failed calling webhook") => {
+                        Ok(None)
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+        })
+        .await
+}
