@@ -36,6 +36,7 @@ use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
 use conformance::testkit::git::endpoints;
 use conformance::testkit::job::{count, running_pod};
+use conformance::testkit::manager::{Manager, ManagerSpec, free_port};
 use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::oci::{Registry, key_policy_of, push_migrations, signed_by_new_key};
 use conformance::testkit::operator::{Operator, PATIENCE, create_admitted};
@@ -799,6 +800,207 @@ async fn unknown_outcome_held_until_acknowledged(
     scene.finish().await
 }
 
+async fn never_rests_in_planning(engine: Engine, test: &str) -> anyhow::Result<()> {
+    let scene = Scene::start(
+        engine,
+        test,
+        From::ConfigMap,
+        json!({"apply": "Never"}),
+        executor::migration_files(),
+    )
+    .await?;
+    let m = scene
+        .until("Planning with ApplyDisabled", |m| {
+            phase(m) == Some(MigrationPhase::Planning)
+                && condition(m, MigrationConditionType::Ready)
+                    == Some((ConditionStatus::False, Reason::ApplyDisabled))
+        })
+        .await?;
+    assert_eq!(plan_of(&m)?.steps, Some(2), "the plan is published");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(apply_jobs(&scene.ns).await?, 0, "and never applied");
+    assert!(scene.tables()?.is_empty());
+    scene.finish().await
+}
+
+/// `ptah migrations up --limit=1` of `files` against `db`: a person
+/// applying a version by hand.
+fn up_by_hand(db: &TestDatabase, files: &Value) -> anyhow::Result<()> {
+    let work = tempfile::tempdir()?;
+    let dir = work.path().join("migrations");
+    std::fs::create_dir_all(&dir)?;
+    for (name, content) in files.as_object().context("files by name")? {
+        std::fs::write(dir.join(name), content.as_str().unwrap_or_default())?;
+    }
+    let mut cmd = std::process::Command::new(tools::tool("ptah")?);
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", work.path())
+        .env("PTAH_DB_URL", db.url())
+        .current_dir(work.path())
+        .args(["migrations", "up", "--limit=1"])
+        .arg(format!("--migrations-dir={}", dir.display()));
+    if db.engine == Engine::MariaDb {
+        // This commit refuses its default tx-mode there (docs/executor.md).
+        cmd.arg("--tx-mode=none");
+    }
+    let out = cmd.output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "ptah migrations up: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+async fn history_moved_after_the_approval(engine: Engine, test: &str) -> anyhow::Result<()> {
+    let scene = Scene::start(
+        engine,
+        test,
+        From::ConfigMap,
+        json!({"apply": "OnApproval"}),
+        executor::migration_files(),
+    )
+    .await?;
+    let m = scene
+        .until("AwaitingApproval", |m| {
+            phase(m) == Some(MigrationPhase::AwaitingApproval)
+        })
+        .await?;
+    // Between the approval and the run, a person applies the first version.
+    up_by_hand(&scene.db, &executor::migration_files())?;
+    assert_eq!(scene.revisions()?, [1]);
+    approve(&scene, &m, "orders-1").await?;
+    let m = scene
+        .until("the run refused", |m| {
+            last_run(m).is_ok_and(|r| r.outcome == RunOutcome::Failed)
+        })
+        .await?;
+    let run = last_run(&m)?;
+    assert!(run.applied_versions.is_empty(), "{run:?}");
+    let message = run.message.clone().unwrap_or_default();
+    assert!(message.contains("refused before any change"), "{message}");
+    // Nothing of the approved sequence ran: only the version run by hand.
+    assert_eq!(scene.revisions()?, [1]);
+    assert_eq!(scene.tables()?, ["orders"]);
+    // The history read after it sees the second version pending: a new plan,
+    // for its own approval.
+    let m = scene
+        .until("a new plan awaiting", |m| {
+            phase(m) == Some(MigrationPhase::AwaitingApproval)
+                && plan_of(m).is_ok_and(|p| p.steps == Some(1))
+        })
+        .await?;
+    assert_eq!(plan_of(&m)?.from_version, Some(1));
+    assert_eq!(apply_jobs(&scene.ns).await?, 1);
+    scene.finish().await
+}
+
+async fn killed_during_the_apply(
+    engine: Engine,
+    test: &str,
+    point: &'static str,
+) -> anyhow::Result<()> {
+    use operator::api::approval::PtahMigrationRunAcknowledgment;
+    let ns = TestNamespace::for_operator(harness().await, "miglife", test).await?;
+    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
+    executor::migration(&ns, &db, "orders").await?;
+    let port = free_port()?;
+    let mut killed = Manager::start(
+        &ns,
+        &ManagerSpec {
+            fault_point: Some(point),
+            fault_operation: Some("apply"),
+            port: Some(port),
+            ..ManagerSpec::default()
+        },
+    )?;
+    let exit = killed.exited(Duration::from_secs(180)).await?;
+    assert_eq!(
+        exit.code(),
+        Some(86),
+        "stopped at {point}: {}",
+        killed.log()
+    );
+    let m = ns.api::<PtahMigration>().get("orders").await?;
+    let operation = match point {
+        "after-outcome" => entry(&m, JournalEntryType::RunFinished)?
+            .operation_id
+            .context("the run's operation")?,
+        _ => {
+            let claim = m
+                .status
+                .as_ref()
+                .and_then(|st| st.active_operation.clone())
+                .context("the Apply claim")?;
+            assert_eq!(claim.type_, operator::api::status::OperationType::Apply);
+            assert!(claim.dispatch_started, "dispatchStarted precedes the Job");
+            claim.operation_id
+        }
+    };
+
+    let operator = Operator::start_on(&ns, webhook_configurations, port).await?;
+    let m = operator
+        .until(
+            &ns,
+            "orders",
+            "InSync, or the run held",
+            |m: &PtahMigration| {
+                in_sync_after_a_run(m)
+                    || m.status
+                        .as_ref()
+                        .is_some_and(|st| st.unresolved_run.is_some())
+            },
+        )
+        .await?;
+    if let Some(held) = m.status.as_ref().and_then(|st| st.unresolved_run.clone()) {
+        // A claim whose run nobody saw end is held for a person, who finds
+        // nothing ran and says so.
+        assert_eq!(held.operation_id, operation);
+        create_admitted::<PtahMigrationRunAcknowledgment>(
+            &ns,
+            json!({
+                "apiVersion": "operator.ptah.run/v1alpha1",
+                "kind": "PtahMigrationRunAcknowledgment",
+                "metadata": {"name": "orders-killed"},
+                "spec": {
+                    "migrationRef": {"name": "orders", "uid": m.uid()},
+                    "operationID": held.operation_id,
+                },
+            }),
+        )
+        .await?;
+        operator
+            .until(
+                &ns,
+                "orders",
+                "InSync after the acknowledgment",
+                in_sync_after_a_run,
+            )
+            .await?;
+    }
+    // Every version ran exactly once, and the killed claim had one Job at most.
+    let jobs = ns
+        .api::<k8s_openapi::api::batch::v1::Job>()
+        .list(&Default::default())
+        .await?;
+    let of_claim = jobs
+        .items
+        .iter()
+        .filter(|j| j.annotations().get("operator.ptah.run/operation-id") == Some(&operation))
+        .count();
+    assert!(of_claim <= 1, "one Job for the claim at most: {of_claim}");
+    let applies = apply_jobs(&ns).await?;
+    if point == "after-claim" {
+        assert!(applies <= 1, "{applies}");
+    } else {
+        assert_eq!(applies, 1, "no second Apply");
+    }
+    let rows = db.sql("SELECT version FROM schema_migrations ORDER BY version")?;
+    assert_eq!(rows.lines().collect::<Vec<_>>(), ["1", "2"]);
+    operator.finish::<PtahMigration>(&ns).await
+}
+
 /// Two tests of `$f`: `$name::on_postgresql` and `$name::on_mariadb`, each
 /// in a namespace named after `$label` and its engine.
 macro_rules! on_both_engines {
@@ -869,3 +1071,37 @@ async fn a_unique_index_over_duplicates_on_mariadb_is_held_until_acknowledged() 
     )
     .await
 }
+on_both_engines!(
+    apply_never_rests_in_planning_with_its_plan_published,
+    "never",
+    never_rests_in_planning
+);
+on_both_engines!(
+    a_history_moved_after_the_approval_is_refused_with_nothing_applied,
+    "moved",
+    history_moved_after_the_approval
+);
+on_both_engines!(
+    a_manager_killed_after_the_apply_claim_runs_nothing_twice,
+    "kill-claim",
+    killed_during_the_apply,
+    "after-claim"
+);
+on_both_engines!(
+    a_manager_killed_after_the_apply_job_create_runs_nothing_twice,
+    "kill-create",
+    killed_during_the_apply,
+    "after-job-create"
+);
+on_both_engines!(
+    a_manager_killed_after_the_apply_job_uid_runs_nothing_twice,
+    "kill-uid",
+    killed_during_the_apply,
+    "after-job-uid"
+);
+on_both_engines!(
+    a_manager_killed_after_the_run_outcome_runs_nothing_twice,
+    "kill-outcome",
+    killed_during_the_apply,
+    "after-outcome"
+);

@@ -27,7 +27,16 @@ impl Operator {
     /// Starts the manager for `ns` and registers `configurations` (the
     /// operator's `admission::webhook_configurations`) pointing at it.
     pub async fn start(ns: &TestNamespace, configurations: Configurations) -> anyhow::Result<Self> {
-        let port = free_port()?;
+        Self::start_on(ns, configurations, free_port()?).await
+    }
+
+    /// [`Operator::start`] with the receiver on `port`: a manager started
+    /// again where one was stopped keeps its address, as a Service does.
+    pub async fn start_on(
+        ns: &TestNamespace,
+        configurations: Configurations,
+        port: u16,
+    ) -> anyhow::Result<Self> {
         let spec = ManagerSpec {
             port: Some(port),
             ..Default::default()
