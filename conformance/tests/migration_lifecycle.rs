@@ -21,6 +21,17 @@
 //! * An applied file edited (`HistoryModified`), the database ahead of the
 //!   directory (`HistoryAhead`) and a version added below the applied ones
 //!   (`HistoryOutOfOrder`) are each `Blocked`, and nothing runs.
+//! * An unknown outcome (the Apply Pod deleted while its statement waits on
+//!   a lock; on MariaDB a unique index over duplicate rows) is `Blocked`
+//!   with `status.unresolvedRun` and its annotation copy; a restore that
+//!   drops status puts the hold back from the annotation; an acknowledgment
+//!   releases it (`RunAcknowledged`, joined to `RunFinished` by
+//!   `operationID`), and the next plan needs an approval of its own.
+//! * `apply: Never` rests in `Planning`, `Ready=False`, `ApplyDisabled`.
+//! * A version applied by hand between the approval and the run: the run is
+//!   refused under Ptah's lock with nothing applied, and `lastRun` says so.
+//! * The manager killed right after each durable write of an Apply's
+//!   dispatch: one Job for the claim at most, and every version runs once.
 
 use std::time::Duration;
 
@@ -730,6 +741,45 @@ async fn unknown_outcome_held_until_acknowledged(
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(apply_jobs(&scene.ns).await?, applies + 1);
 
+    // A restore that drops status (the object deleted and made again from
+    // its metadata and spec): the hold is back from its annotation.
+    let m = if how == Unknown::PodDeleted {
+        let api = scene.ns.api::<PtahMigration>();
+        api.delete("orders", &Default::default()).await?;
+        PATIENCE
+            .poll("the migration gone", || async {
+                anyhow::Ok(api.get_opt("orders").await?.is_none().then_some(()))
+            })
+            .await?;
+        api.create(
+            &Default::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahMigration",
+                "metadata": {"name": "orders", "annotations": m.annotations()},
+                "spec": m.spec,
+            }))?,
+        )
+        .await?;
+        let restored = scene
+            .until("the hold back from its annotation", |m| {
+                phase(m) == Some(MigrationPhase::Blocked)
+                    && m.status.as_ref().is_some_and(|st| {
+                        st.unresolved_run
+                            .as_ref()
+                            .is_some_and(|r| r.operation_id == held.operation_id)
+                    })
+            })
+            .await?;
+        // Its Jobs went with the deleted object; the restored one starts none.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(apply_jobs(&scene.ns).await?, 0, "the restore ran nothing");
+        restored
+    } else {
+        m
+    };
+
+    let ran = apply_jobs(&scene.ns).await?;
+
     // A person establishes what the run did and acknowledges it.
     let ack: PtahMigrationRunAcknowledgment = create_admitted(
         &scene.ns,
@@ -785,7 +835,7 @@ async fn unknown_outcome_held_until_acknowledged(
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(
             apply_jobs(&scene.ns).await?,
-            applies + 1,
+            ran,
             "the spent approval ran nothing"
         );
         approve(&scene, &m, "third").await?;
