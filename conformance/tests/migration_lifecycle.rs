@@ -1051,6 +1051,77 @@ async fn killed_during_the_apply(
     operator.finish::<PtahMigration>(&ns).await
 }
 
+/// Versions `from..from + 10`, each creating its own table.
+fn ten_versions(files: &mut Value, from: i64) {
+    for v in from..from + 10 {
+        files[format!("{v:010}_t{v}.up.sql")] =
+            json!(format!("CREATE TABLE t{v} (id bigint PRIMARY KEY);\n"));
+        files[format!("{v:010}_t{v}.down.sql")] = json!(format!("DROP TABLE t{v};\n"));
+    }
+}
+
+/// An approval to `InSync` for ten new versions at a time, on PostgreSQL,
+/// `BENCH_RUNS` times (default 5), beside the empty-Job floor. Run by
+/// `conformance/bench/migration-run.sh`; the numbers are in
+/// docs/performance.md.
+#[tokio::test]
+#[ignore = "a benchmark: conformance/bench/migration-run.sh"]
+async fn bench_migration_run() -> anyhow::Result<()> {
+    use conformance::testkit::bench::{FAST, Stretch, floor_ms, new_runner_timings, report, runs};
+    let runs = runs(5);
+    let mut files = json!({});
+    ten_versions(&mut files, 1);
+    let scene = Scene::start(
+        Engine::Postgres,
+        "bench-run",
+        From::ConfigMap,
+        json!({"apply": "OnApproval"}),
+        files.clone(),
+    )
+    .await?;
+    let (floor, floors) = floor_ms(&scene.ns, runs).await?;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut stretches = Vec::new();
+    for i in 0..runs as i64 {
+        if i > 0 {
+            ten_versions(&mut files, 1 + 10 * i);
+            scene.set_files(files.clone()).await?;
+        }
+        let m = scene
+            .until("ten versions awaiting", |m| {
+                phase(m) == Some(MigrationPhase::AwaitingApproval)
+                    && plan_of(m).is_ok_and(|p| p.to_version == Some(10 * (i + 1)))
+            })
+            .await?;
+        new_runner_timings(&scene.ns, &mut seen)?;
+        let t0 = std::time::Instant::now();
+        approve(&scene, &m, &format!("run-{i}")).await?;
+        FAST.poll("InSync", || async {
+            let m = scene.ns.api::<PtahMigration>().get("orders").await?;
+            anyhow::Ok(
+                (phase(&m) == Some(MigrationPhase::InSync)
+                    && last_run(&m).is_ok_and(|r| {
+                        r.applied_versions.len() == 10
+                            && r.applied_versions.last() == Some(&(10 * (i + 1)))
+                    }))
+                .then_some(()),
+            )
+        })
+        .await
+        .with_context(|| scene.operator.log())?;
+        let total_ms = t0.elapsed().as_millis() as u64;
+        let (jobs, ptah_ms) = new_runner_timings(&scene.ns, &mut seen)?;
+        stretches.push(Stretch {
+            total_ms,
+            jobs,
+            ptah_ms,
+        });
+    }
+    println!("empty-Job floor: median {floor} ms of {floors:?}");
+    report("approval -> InSync, ten versions", &stretches, floor);
+    scene.finish().await
+}
+
 /// Two tests of `$f`: `$name::on_postgresql` and `$name::on_mariadb`, each
 /// in a namespace named after `$label` and its engine.
 macro_rules! on_both_engines {

@@ -67,7 +67,6 @@ use conformance::testkit::manager::{Manager, ManagerSpec, free_port};
 use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::oci::{Registry, key_policy, push_schema_file, signed_by_new_key};
 use conformance::testkit::operator::{Operator, PATIENCE, create_admitted};
-use conformance::testkit::wait::Patience;
 use k8s_openapi::api::core::v1::ConfigMap;
 use operator::admission::webhook_configurations;
 use operator::api::PtahSchemaApproval;
@@ -1375,93 +1374,6 @@ async fn shared_realm_converges(engine: Engine, test: &str) -> anyhow::Result<()
     operator.finish::<PtahSchema>(&ns).await
 }
 
-/// The runner's timings of the namespace's operation Pods not in `seen`:
-/// their count and the sum of the Ptah children's time, in ms.
-fn new_runner_timings(
-    ns: &TestNamespace,
-    seen: &mut std::collections::BTreeSet<std::path::PathBuf>,
-) -> anyhow::Result<(usize, u64)> {
-    let mut pods = 0;
-    let mut ptah_ms = 0;
-    let prefix = format!("{}_", ns.name());
-    for dir in std::fs::read_dir(ns.harness().kubelet_dir().join("pods"))? {
-        let dir = dir?.path();
-        let ours = dir
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with(&prefix));
-        if !ours || seen.contains(&dir) {
-            continue;
-        }
-        let Ok(log) = std::fs::read_to_string(dir.join("ptah.log")) else {
-            continue;
-        };
-        let Some(line) = log.lines().find(|l| l.starts_with("ptah-runner: timing ")) else {
-            continue;
-        };
-        let ms = line
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix("ptah_ms="))
-            .context("ptah_ms in the timing line")?;
-        ptah_ms += ms.parse::<u64>()?;
-        pods += 1;
-        seen.insert(dir);
-    }
-    Ok((pods, ptah_ms))
-}
-
-/// The harness's floor: an empty Job (one container running `/bin/true`)
-/// from its create to its `Complete` condition, in ms.
-async fn empty_job_ms(ns: &TestNamespace, i: usize) -> anyhow::Result<u64> {
-    use k8s_openapi::api::batch::v1::Job;
-    let name = format!("empty-{i}");
-    let t0 = std::time::Instant::now();
-    ns.create::<Job>(json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {"backoffLimit": 0, "template": {"spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": conformance::harness::BASE_IMAGE,
-                "command": ["/bin/true"]}],
-        }}},
-    }))
-    .await?;
-    let fast = Patience::new(Duration::from_secs(60), Duration::from_millis(20));
-    fast.poll("the empty Job complete", || async {
-        let job = ns.api::<Job>().get(&name).await?;
-        let done = job
-            .status
-            .and_then(|st| st.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Complete" && c.status == "True");
-        anyhow::Ok(done.then_some(()))
-    })
-    .await?;
-    Ok(t0.elapsed().as_millis() as u64)
-}
-
-fn median(mut v: Vec<u64>) -> u64 {
-    v.sort_unstable();
-    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
-}
-
-/// One measured stretch: its wall time, its Jobs and their Ptah time.
-struct Stretch {
-    total_ms: u64,
-    jobs: usize,
-    ptah_ms: u64,
-}
-
-impl Stretch {
-    fn operator_ms(&self) -> u64 {
-        self.total_ms.saturating_sub(self.ptah_ms)
-    }
-
-    fn target_ms(&self, floor_ms: u64) -> u64 {
-        (1.25 * (self.jobs as f64) * (floor_ms as f64)) as u64 + 500
-    }
-}
-
 /// (a) a ConfigMap edit to its plan published, and (b) that plan's
 /// approval to `InSync`, on PostgreSQL, `BENCH_RUNS` times (default 5),
 /// beside the empty-Job floor. Run by `conformance/bench/schema-paths.sh`;
@@ -1469,10 +1381,8 @@ impl Stretch {
 #[tokio::test]
 #[ignore = "a benchmark: conformance/bench/schema-paths.sh"]
 async fn bench_schema_paths() -> anyhow::Result<()> {
-    let runs: usize = std::env::var("BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+    use conformance::testkit::bench::{FAST, Stretch, floor_ms, new_runner_timings, report, runs};
+    let runs = runs(5);
     let Scene { ns, operator, .. } = Scene::start(
         Engine::Postgres,
         "bench-paths",
@@ -1480,7 +1390,6 @@ async fn bench_schema_paths() -> anyhow::Result<()> {
         json!({"apply": "OnApproval"}),
     )
     .await?;
-    let fast = Patience::new(Duration::from_secs(240), Duration::from_millis(20));
     let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
     let s = operator
         .until(&ns, "orders", "AwaitingApproval", awaiting)
@@ -1491,11 +1400,7 @@ async fn bench_schema_paths() -> anyhow::Result<()> {
             phase(s) == Some(SchemaPhase::InSync)
         })
         .await?;
-    let mut floors = Vec::new();
-    for i in 0..runs.max(3) {
-        floors.push(empty_job_ms(&ns, i).await?);
-    }
-    let floor = median(floors.clone());
+    let (floor, floors) = floor_ms(&ns, runs).await?;
     let mut seen = std::collections::BTreeSet::new();
     new_runner_timings(&ns, &mut seen)?;
 
@@ -1510,7 +1415,7 @@ async fn bench_schema_paths() -> anyhow::Result<()> {
         let t0 = std::time::Instant::now();
         ns.set_config_map_key("orders-schema", "schema.sql", &orders(&extra))
             .await?;
-        let s = fast
+        let s = FAST
             .poll("the plan published", || async {
                 let s = ns.api::<PtahSchema>().get("orders").await?;
                 anyhow::Ok((awaiting(&s) && plan_uid(&s) != before).then_some(s))
@@ -1528,7 +1433,7 @@ async fn bench_schema_paths() -> anyhow::Result<()> {
         let plan = plan_uid(&s);
         let t0 = std::time::Instant::now();
         approve(&ns, &s, &format!("run-{i}")).await?;
-        fast.poll("InSync", || async {
+        FAST.poll("InSync", || async {
             let s = ns.api::<PtahSchema>().get("orders").await?;
             anyhow::Ok(
                 (phase(&s) == Some(SchemaPhase::InSync) && applied_plan(&s) == plan).then_some(()),
@@ -1546,42 +1451,8 @@ async fn bench_schema_paths() -> anyhow::Result<()> {
     }
 
     println!("empty-Job floor: median {floor} ms of {floors:?}");
-    for (what, stretches) in [
-        ("(a) edit -> plan published", &edits),
-        ("(b) approval -> InSync", &approvals),
-    ] {
-        println!("{what}");
-        println!("  run  jobs  total ms  ptah ms  operator ms  target ms");
-        for (i, st) in stretches.iter().enumerate() {
-            println!(
-                "  {:>3}  {:>4}  {:>8}  {:>7}  {:>11}  {:>9}",
-                i + 1,
-                st.jobs,
-                st.total_ms,
-                st.ptah_ms,
-                st.operator_ms(),
-                st.target_ms(floor)
-            );
-        }
-        let operator_ms = median(stretches.iter().map(Stretch::operator_ms).collect());
-        let jobs = median(stretches.iter().map(|st| st.jobs as u64).collect());
-        let target = (Stretch {
-            total_ms: 0,
-            jobs: jobs as usize,
-            ptah_ms: 0,
-        })
-        .target_ms(floor);
-        println!(
-            "  median: total {} ms, ptah {} ms, operator {operator_ms} ms, target {target} ms ({})",
-            median(stretches.iter().map(|st| st.total_ms).collect()),
-            median(stretches.iter().map(|st| st.ptah_ms).collect()),
-            if operator_ms <= target {
-                "met"
-            } else {
-                "not met"
-            }
-        );
-    }
+    report("(a) edit -> plan published", &edits, floor);
+    report("(b) approval -> InSync", &approvals, floor);
     operator.finish::<PtahSchema>(&ns).await
 }
 

@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub mod admission;
+pub mod bench;
 pub mod database;
 pub mod executor;
 pub mod git;

@@ -1,0 +1,160 @@
+//! What the end-to-end benchmarks share: the harness's empty-Job floor,
+//! the runner's timing lines of a namespace's Pods, and one measured
+//! stretch split into Ptah's time and the operator's own.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::json;
+
+use super::namespace::TestNamespace;
+use super::wait::Patience;
+
+/// The runner's timings of the namespace's operation Pods not in `seen`:
+/// their count and the sum of the Ptah children's time, in ms.
+pub fn new_runner_timings(
+    ns: &TestNamespace,
+    seen: &mut std::collections::BTreeSet<std::path::PathBuf>,
+) -> anyhow::Result<(usize, u64)> {
+    let mut pods = 0;
+    let mut ptah_ms = 0;
+    let prefix = format!("{}_", ns.name());
+    for dir in std::fs::read_dir(ns.harness().kubelet_dir().join("pods"))? {
+        let dir = dir?.path();
+        let ours = dir
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(&prefix));
+        if !ours || seen.contains(&dir) {
+            continue;
+        }
+        let Ok(log) = std::fs::read_to_string(dir.join("ptah.log")) else {
+            continue;
+        };
+        let Some(line) = log.lines().find(|l| l.starts_with("ptah-runner: timing ")) else {
+            continue;
+        };
+        let ms = line
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("ptah_ms="))
+            .context("ptah_ms in the timing line")?;
+        ptah_ms += ms.parse::<u64>()?;
+        pods += 1;
+        seen.insert(dir);
+    }
+    Ok((pods, ptah_ms))
+}
+
+/// The harness's floor: an empty Job (one container running `/bin/true`)
+/// from its create to its `Complete` condition, in ms.
+pub async fn empty_job_ms(ns: &TestNamespace, i: usize) -> anyhow::Result<u64> {
+    use k8s_openapi::api::batch::v1::Job;
+    let name = format!("empty-{i}");
+    let t0 = std::time::Instant::now();
+    ns.create::<Job>(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": crate::harness::BASE_IMAGE,
+                "command": ["/bin/true"]}],
+        }}},
+    }))
+    .await?;
+    let fast = Patience::new(Duration::from_secs(60), Duration::from_millis(20));
+    fast.poll("the empty Job complete", || async {
+        let job = ns.api::<Job>().get(&name).await?;
+        let done = job
+            .status
+            .and_then(|st| st.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True");
+        anyhow::Ok(done.then_some(()))
+    })
+    .await?;
+    Ok(t0.elapsed().as_millis() as u64)
+}
+
+/// The median (the lower of the middle two).
+pub fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
+}
+
+/// One measured stretch: its wall time, its Jobs and their Ptah time.
+pub struct Stretch {
+    /// Wall time, in ms.
+    pub total_ms: u64,
+    /// Operation Pods that ran.
+    pub jobs: usize,
+    /// Their Ptah children's time, in ms.
+    pub ptah_ms: u64,
+}
+
+impl Stretch {
+    /// Everything but Ptah's time.
+    pub fn operator_ms(&self) -> u64 {
+        self.total_ms.saturating_sub(self.ptah_ms)
+    }
+
+    /// The target: 1.25 × (Jobs × floor) + 500 ms.
+    pub fn target_ms(&self, floor_ms: u64) -> u64 {
+        (1.25 * (self.jobs as f64) * (floor_ms as f64)) as u64 + 500
+    }
+}
+
+/// Prints `stretches` as a table beside the floor, with their medians and
+/// whether the target is met.
+pub fn report(what: &str, stretches: &[Stretch], floor: u64) {
+    println!("{what}");
+    println!("  run  jobs  total ms  ptah ms  operator ms  target ms");
+    for (i, st) in stretches.iter().enumerate() {
+        println!(
+            "  {:>3}  {:>4}  {:>8}  {:>7}  {:>11}  {:>9}",
+            i + 1,
+            st.jobs,
+            st.total_ms,
+            st.ptah_ms,
+            st.operator_ms(),
+            st.target_ms(floor)
+        );
+    }
+    let operator_ms = median(stretches.iter().map(Stretch::operator_ms).collect());
+    let jobs = median(stretches.iter().map(|st| st.jobs as u64).collect());
+    let target = Stretch {
+        total_ms: 0,
+        jobs: jobs as usize,
+        ptah_ms: 0,
+    }
+    .target_ms(floor);
+    println!(
+        "  median: total {} ms, ptah {} ms, operator {operator_ms} ms, target {target} ms ({})",
+        median(stretches.iter().map(|st| st.total_ms).collect()),
+        median(stretches.iter().map(|st| st.ptah_ms).collect()),
+        if operator_ms <= target {
+            "met"
+        } else {
+            "not met"
+        }
+    );
+}
+
+/// The floor: the median of `runs` (at least 3) empty Jobs in `ns`.
+pub async fn floor_ms(ns: &TestNamespace, runs: usize) -> anyhow::Result<(u64, Vec<u64>)> {
+    let mut floors = Vec::new();
+    for i in 0..runs.max(3) {
+        floors.push(empty_job_ms(ns, i).await?);
+    }
+    Ok((median(floors.clone()), floors))
+}
+
+/// `BENCH_RUNS`, else `default`.
+pub fn runs(default: usize) -> usize {
+    std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Polls every 20 ms, for four minutes at most.
+pub const FAST: Patience = Patience::new(Duration::from_secs(240), Duration::from_millis(20));
