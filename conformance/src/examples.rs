@@ -4,7 +4,8 @@
 //! reach `InSync`: one empty PostgreSQL database and its Secret per
 //! example, a Git repository holding the schema, the same schema pushed
 //! with `ptah schema push` and signed with cosign, and its verification
-//! policy. Preparing again starts the examples over.
+//! policy; and the empty database docs/migrations.md's walk-through
+//! migrates. Preparing again starts the examples over.
 
 use std::path::PathBuf;
 
@@ -33,6 +34,9 @@ pub const EXAMPLES: [(&str, &str); 3] = [
     ("schema-oci.yaml", "oci-db"),
 ];
 
+/// The Secret of the database docs/migrations.md's walk-through migrates.
+pub const CATALOG_SECRET: &str = "catalog-db";
+
 /// What the examples' `${…}` name, after [`prepare`].
 #[derive(Debug)]
 pub struct Prepared {
@@ -42,6 +46,9 @@ pub struct Prepared {
     pub oci_ref: String,
     /// The databases, by the Secret that names each.
     pub databases: Vec<(String, TestDatabase)>,
+    /// The empty database of docs/migrations.md's walk-through, whose
+    /// Secret is [`CATALOG_SECRET`].
+    pub catalog: TestDatabase,
 }
 
 impl Prepared {
@@ -89,7 +96,7 @@ pub async fn prepare(harness: &Harness, ns: &str) -> anyhow::Result<Prepared> {
         .with_context(|| format!("creating namespace {ns}"))?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let mut databases = Vec::new();
-    for (_, secret) in EXAMPLES {
+    for secret in EXAMPLES.iter().map(|(_, s)| *s).chain([CATALOG_SECRET]) {
         let name = format!("{ns}_{}", secret.trim_end_matches("-db"));
         let db = TestDatabase::create(harness, Engine::Postgres, &name)?;
         secrets
@@ -141,9 +148,11 @@ pub async fn prepare(harness: &Harness, ns: &str) -> anyhow::Result<Prepared> {
             })),
         )
         .await?;
+    let catalog = databases.pop().context("the catalog database")?.1;
     Ok(Prepared {
         git_url,
         oci_ref: format!("oci://{tagged}"),
         databases,
+        catalog,
     })
 }

@@ -4,6 +4,11 @@
 //! PtahSchema, one per source kind (a ConfigMap, a Git branch, a
 //! cosign-signed OCI artifact), reaches `InSync`, and each database holds the
 //! table as its own client reads it.
+//!
+//! The walk-through of docs/migrations.md, run as it is written (the shell
+//! block between its markers): a migrations artifact pushed with `ptah
+//! migrations push`, signed with cosign, verified, planned, approved and
+//! run, `InSync`, and both tables in the database.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -107,5 +112,60 @@ async fn every_harness_example_reaches_in_sync_as_the_readme_applies_it() -> any
     }
     ns.delete_all::<PtahSchema>(&PATIENCE).await?;
     drop(manager);
+    Ok(())
+}
+
+/// The shell block of `doc` between `<!-- walk-through: begin -->` and
+/// `<!-- walk-through: end -->`.
+fn walk_through(doc: &str) -> anyhow::Result<String> {
+    let block = doc
+        .split("<!-- walk-through: begin -->")
+        .nth(1)
+        .and_then(|rest| rest.split("<!-- walk-through: end -->").next())
+        .context("the walk-through markers")?;
+    let script = block
+        .split_once("```sh\n")
+        .and_then(|(_, rest)| rest.rsplit_once("```"))
+        .map(|(script, _)| script.to_string())
+        .context("the walk-through's sh block")?;
+    Ok(script)
+}
+
+#[tokio::test]
+async fn the_migrations_walk_through_runs_as_written() -> anyhow::Result<()> {
+    let harness = conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await;
+    let root = tools::workspace_root();
+    let script = walk_through(&std::fs::read_to_string(root.join("docs/migrations.md"))?)?;
+    let out = tokio::time::timeout(
+        Duration::from_secs(600),
+        tokio::process::Command::new("bash")
+            .args(["-euo", "pipefail", "-c", &script])
+            .current_dir(&root)
+            .env("PTAH_HARNESS_DIR", &harness.state)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .context("the walk-through did not end in 10 minutes")??;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the walk-through failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("Applied [1,2] approved by"), "{stdout}");
+    assert!(
+        stdout.contains("Verified InSync HistoryMatched"),
+        "{stdout}"
+    );
+    // The database, as its own client reads it.
+    let prepared_catalog = conformance::testkit::database::TestDatabase::existing(
+        harness,
+        conformance::testkit::database::Engine::Postgres,
+        &format!("{}_catalog", examples::NAMESPACE),
+    )?;
+    let mut tables = prepared_catalog.tables()?;
+    tables.retain(|t| t != "schema_migrations");
+    assert_eq!(tables, ["prices", "products"]);
     Ok(())
 }

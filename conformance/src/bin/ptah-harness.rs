@@ -63,26 +63,46 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// `examples`: the namespace, its databases and sources, the variables the
-/// manifests name, and the manager, recorded beside the harness's own
-/// processes.
+/// manifests name, and a manager for it with its admission webhooks,
+/// recorded beside the harness's own processes (started afresh each time).
 async fn examples(harness: &Harness) -> anyhow::Result<()> {
     use conformance::examples::{self, NAMESPACE};
-    use conformance::service::{ServiceSpec, log_path, start};
-    use conformance::testkit::manager::{ManagerSpec, command_line};
+    use conformance::service::{ServiceSpec, log_path, start, stop};
+    use conformance::testkit::admission::{manager_ca, register};
+    use conformance::testkit::manager::{ManagerSpec, command_line, free_port};
+    const MANAGER: &str = "ptah-operator-examples";
     let prepared = examples::prepare(harness, NAMESPACE).await?;
     let env = examples::env_path(harness);
     std::fs::write(&env, prepared.env_file())?;
-    let line = command_line(harness, NAMESPACE, &ManagerSpec::default())?;
-    let mut spec = ServiceSpec::new("ptah-operator-examples", &line.exe).args(line.args);
+    stop(&harness.state, MANAGER, std::time::Duration::from_secs(15))?;
+    let port = free_port()?;
+    let spec = ManagerSpec {
+        port: Some(port),
+        ..ManagerSpec::default()
+    };
+    let line = command_line(harness, NAMESPACE, &spec)?;
+    // A new CA for the new process: the webhooks trust the one it writes.
+    let _ = std::fs::remove_dir_all(&line.tls_dir);
+    let mut service = ServiceSpec::new(MANAGER, &line.exe).args(line.args);
     for (k, v) in line.env {
-        spec = spec.env(&k, v);
+        service = service.env(&k, v);
     }
-    start(&harness.state, &spec)?;
+    start(&harness.state, &service)?;
+    let ca = manager_ca(&line.tls_dir).await?;
+    register(
+        &harness.client().await?,
+        NAMESPACE,
+        "ptah-examples-approvals",
+        operator::admission::webhook_configurations,
+        format!("https://127.0.0.1:{port}"),
+        &ca,
+    )
+    .await?;
     println!("namespace {NAMESPACE}: three empty PostgreSQL databases and their Secrets,");
     println!("  a Git repository, a signed OCI artifact and its verification policy");
     println!(
-        "manager: ptah-operator watching {NAMESPACE} (log: {})",
-        log_path(&harness.state, "ptah-operator-examples").display()
+        "manager: ptah-operator watching {NAMESPACE}, with its approval webhooks (log: {})",
+        log_path(&harness.state, MANAGER).display()
     );
     println!("variables: {}", env.display());
     println!();

@@ -16,7 +16,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::namespace::TestNamespace;
@@ -64,42 +64,11 @@ impl Webhooks {
         ca_pem: &str,
     ) -> anyhow::Result<Self> {
         let name = super::unique("ptah-operator-approvals");
-        let client = ns.client().clone();
-        let label = json!({"metadata": {"labels": {SCOPE_LABEL: name}}});
-        Api::<Namespace>::all(client.clone())
-            .patch(ns.name(), &PatchParams::default(), &Patch::Merge(&label))
-            .await
-            .context("labelling the namespace for the webhooks")?;
         let hooks = Webhooks {
             harness: ns.harness(),
             name: name.clone(),
         };
-        let (mut mutating, mut validating) = configurations(WebhookClientConfig {
-            url: Some(url),
-            ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
-            service: None,
-        });
-        let only_here = LabelSelector {
-            match_labels: Some([(SCOPE_LABEL.to_owned(), name.clone())].into()),
-            ..Default::default()
-        };
-        mutating.metadata.name = Some(name.clone());
-        validating.metadata.name = Some(name.clone());
-        for hook in mutating.webhooks.iter_mut().flatten() {
-            hook.namespace_selector = Some(only_here.clone());
-        }
-        for hook in validating.webhooks.iter_mut().flatten() {
-            hook.namespace_selector = Some(only_here.clone());
-        }
-        let pp = PostParams::default();
-        Api::<MutatingWebhookConfiguration>::all(client.clone())
-            .create(&pp, &mutating)
-            .await
-            .context("installing the mutating webhook configuration")?;
-        Api::<ValidatingWebhookConfiguration>::all(client)
-            .create(&pp, &validating)
-            .await
-            .context("installing the validating webhook configuration")?;
+        register(ns.client(), ns.name(), &name, configurations, url, ca_pem).await?;
         Ok(hooks)
     }
 
@@ -111,15 +80,66 @@ impl Webhooks {
         port: u16,
         tls_dir: &Path,
     ) -> anyhow::Result<Self> {
-        let ca = tls_dir.join("ca.crt");
-        let patience = Patience::new(Duration::from_secs(60), Duration::from_millis(200));
-        let pem = patience
-            .poll("the manager's CA", || {
-                let ca = ca.clone();
-                async move { Ok(std::fs::read_to_string(&ca).ok().filter(|p| !p.is_empty())) }
-            })
-            .await?;
+        let pem = manager_ca(tls_dir).await?;
         let url = format!("https://127.0.0.1:{port}");
         Self::install(ns, configurations, url, &pem).await
     }
+}
+
+/// Registers the two webhook configurations `name` for the namespace `ns`
+/// only (labelling it), served at `url` under a certificate of the CA
+/// `ca_pem`; ones of that name already there are replaced.
+pub async fn register(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    configurations: Configurations,
+    url: String,
+    ca_pem: &str,
+) -> anyhow::Result<()> {
+    let label = json!({"metadata": {"labels": {SCOPE_LABEL: name}}});
+    Api::<Namespace>::all(client.clone())
+        .patch(ns, &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .context("labelling the namespace for the webhooks")?;
+    let (mut mutating, mut validating) = configurations(WebhookClientConfig {
+        url: Some(url),
+        ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+        service: None,
+    });
+    let only_here = LabelSelector {
+        match_labels: Some([(SCOPE_LABEL.to_owned(), name.to_owned())].into()),
+        ..Default::default()
+    };
+    mutating.metadata.name = Some(name.to_owned());
+    validating.metadata.name = Some(name.to_owned());
+    for hook in mutating.webhooks.iter_mut().flatten() {
+        hook.namespace_selector = Some(only_here.clone());
+    }
+    for hook in validating.webhooks.iter_mut().flatten() {
+        hook.namespace_selector = Some(only_here.clone());
+    }
+    let apply = PatchParams::apply("conformance").force();
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .patch(name, &apply, &Patch::Apply(&mutating))
+        .await
+        .context("installing the mutating webhook configuration")?;
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .patch(name, &apply, &Patch::Apply(&validating))
+        .await
+        .context("installing the validating webhook configuration")?;
+    Ok(())
+}
+
+/// The manager's CA once it has written it to `tls_dir` (it does when it
+/// starts).
+pub async fn manager_ca(tls_dir: &Path) -> anyhow::Result<String> {
+    let ca = tls_dir.join("ca.crt");
+    let patience = Patience::new(Duration::from_secs(60), Duration::from_millis(200));
+    patience
+        .poll("the manager's CA", || {
+            let ca = ca.clone();
+            async move { Ok(std::fs::read_to_string(&ca).ok().filter(|p| !p.is_empty())) }
+        })
+        .await
 }

@@ -69,13 +69,20 @@ impl TestDatabase {
         })
     }
 
-    /// Drops `name` if it exists and makes it empty.
-    pub fn create(harness: &Harness, engine: Engine, name: &str) -> anyhow::Result<Self> {
+    /// The database `name` (`-` read as `_`) as it is, reached with the
+    /// administrator's login.
+    pub fn existing(harness: &Harness, engine: Engine, name: &str) -> anyhow::Result<Self> {
         let admin_db = Self::admin(harness, engine)?;
         let name = name.replace('-', "_");
         let mut url = admin_db.url.clone();
         url.set_path(&format!("/{name}"));
-        let db = Self { engine, name, url };
+        Ok(Self { engine, name, url })
+    }
+
+    /// Drops `name` if it exists and makes it empty.
+    pub fn create(harness: &Harness, engine: Engine, name: &str) -> anyhow::Result<Self> {
+        let admin_db = Self::admin(harness, engine)?;
+        let db = Self::existing(harness, engine, name)?;
         match engine {
             Engine::Postgres => {
                 admin_db.sql(&format!(
