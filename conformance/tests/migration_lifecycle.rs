@@ -28,6 +28,9 @@
 //!   releases it (`RunAcknowledged`, joined to `RunFinished` by
 //!   `operationID`), and the next plan needs an approval of its own.
 //! * `apply: Never` rests in `Planning`, `Ready=False`, `ApplyDisabled`.
+//! * A checkpoint bootstrap on a fresh database: the plan is Ptah's own
+//!   selection (the checkpoint and what follows), and the squashed history
+//!   gets no rows.
 //! * A version applied by hand between the approval and the run: the run is
 //!   refused under Ptah's lock with nothing applied, and `lastRun` says so.
 //! * The manager killed right after each durable write of an Apply's
@@ -359,6 +362,20 @@ async fn first_migration_waits_for_its_exact_approval(
     assert_eq!(run.applied_versions, [1, 2]);
     assert!(run.job_name.is_some() && run.job_uid.is_some(), "{run:?}");
     assert!(run.verification.is_some(), "{run:?}");
+    // The run's whole identity: where it read from, which database, under
+    // which execution binding.
+    assert!(
+        run.source.is_some() && run.execution_binding.is_some(),
+        "{run:?}"
+    );
+    assert!(
+        run.target_identity_digest.is_some() && run.coordination_digest.is_some(),
+        "{run:?}"
+    );
+    assert!(
+        run.started_at.is_some() && run.finished_at.is_some(),
+        "{run:?}"
+    );
     let accepted = entry(&m, JournalEntryType::ApprovalAccepted)?;
     let finished = entry(&m, JournalEntryType::RunFinished)?;
     let verified = entry(&m, JournalEntryType::Verified)?;
@@ -1051,6 +1068,65 @@ async fn killed_during_the_apply(
     operator.finish::<PtahMigration>(&ns).await
 }
 
+async fn checkpoint_bootstrap(engine: Engine, test: &str) -> anyhow::Result<()> {
+    // Two versions squashed into a checkpoint at 3, and one after it.
+    let mut files = executor::migration_files();
+    files["0000000003_base.checkpoint.up.sql"] = json!(
+        "CREATE TABLE orders (id bigint PRIMARY KEY);\nCREATE TABLE customers (id bigint PRIMARY KEY, name varchar(64) NOT NULL);\n"
+    );
+    files["0000000003_base.checkpoint.down.sql"] =
+        json!("DROP TABLE customers;\nDROP TABLE orders;\n");
+    files["0000000004_carriers.up.sql"] = json!("CREATE TABLE carriers (id bigint PRIMARY KEY);\n");
+    files["0000000004_carriers.down.sql"] = json!("DROP TABLE carriers;\n");
+    let scene = Scene::start(
+        engine,
+        test,
+        From::ConfigMap,
+        json!({"apply": "OnApproval"}),
+        files,
+    )
+    .await?;
+    let m = scene
+        .until("AwaitingApproval", |m| {
+            phase(m) == Some(MigrationPhase::AwaitingApproval)
+        })
+        .await?;
+    // Ptah's own selection on a fresh database: the checkpoint, then what
+    // follows it; never four files less nothing applied.
+    let plan = plan_of(&m)?;
+    assert_eq!(
+        (plan.steps, plan.to_version),
+        (Some(2), Some(4)),
+        "{plan:?}"
+    );
+    assert_eq!(
+        m.status
+            .as_ref()
+            .and_then(|st| st.history.as_ref())
+            .and_then(|h| h.pending_count),
+        Some(2)
+    );
+    approve(&scene, &m, "bootstrap").await?;
+    let m = scene
+        .until("InSync after the run", in_sync_after_a_run)
+        .await?;
+    assert_eq!(last_run(&m)?.applied_versions, [3, 4]);
+    assert_eq!(
+        scene.revisions()?,
+        [3, 4],
+        "the squashed history gets no rows"
+    );
+    assert_eq!(
+        m.status
+            .as_ref()
+            .and_then(|st| st.history.as_ref())
+            .and_then(|h| h.checkpoint_version),
+        Some(3)
+    );
+    assert_eq!(scene.tables()?, ["carriers", "customers", "orders"]);
+    scene.finish().await
+}
+
 /// Versions `from..from + 10`, each creating its own table.
 fn ten_versions(files: &mut Value, from: i64) {
     for v in from..from + 10 {
@@ -1225,4 +1301,9 @@ on_both_engines!(
     "kill-outcome",
     killed_during_the_apply,
     "after-outcome"
+);
+on_both_engines!(
+    a_checkpoint_bootstrap_plans_ptahs_own_selection,
+    "checkpoint",
+    checkpoint_bootstrap
 );
