@@ -8,13 +8,5 @@
 # `ptah-harness up`). With RELEASE=1 the manager under test is the release
 # build.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
 export BENCH_RUNS=${1:-5}
-cargo build --quiet --workspace --bins
-if [ "${RELEASE:-0}" = 1 ]; then
-  cargo build --quiet --release -p ptah-operator --bin ptah-operator
-  export PTAH_OPERATOR_BIN="${CARGO_TARGET_DIR:-$root/target}/release/ptah-operator"
-fi
-exec cargo nextest run --workspace --config-file conformance/nextest.toml --profile bench --cargo-quiet \
-  --run-ignored only --no-capture -E 'test(bench_schema_paths)'
+source "$(dirname "$0")/ignored.sh" bench_schema_paths

@@ -436,10 +436,9 @@ fn with_third() -> Value {
     files
 }
 
-/// `ptah migrations set --version=<version>` of the directory `files`
-/// against `db`, as a person clears a dirty row (the URL goes to Ptah's
-/// environment only).
-fn migrations_set(db: &TestDatabase, files: &Value, version: i64) -> anyhow::Result<()> {
+/// `ptah migrations <args>` of the directory `files` against `db`, as a
+/// person runs it (the URL goes to Ptah's environment only).
+fn ptah_migrations(db: &TestDatabase, files: &Value, args: &[&str]) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
     let dir = work.path().join("migrations");
     std::fs::create_dir_all(&dir)?;
@@ -452,15 +451,21 @@ fn migrations_set(db: &TestDatabase, files: &Value, version: i64) -> anyhow::Res
         .env("HOME", work.path())
         .env("PTAH_DB_URL", db.url())
         .current_dir(work.path())
-        .args(["migrations", "set", &format!("--version={version}")])
+        .arg("migrations")
+        .args(args)
         .arg(format!("--migrations-dir={}", dir.display()))
         .output()?;
     anyhow::ensure!(
         out.status.success(),
-        "ptah migrations set: {}",
+        "ptah migrations {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(())
+}
+
+/// `ptah migrations set --version=<version>`: a person clears a dirty row.
+fn migrations_set(db: &TestDatabase, files: &Value, version: i64) -> anyhow::Result<()> {
+    ptah_migrations(db, files, &["set", &format!("--version={version}")])
 }
 
 /// What a person does to clear the dirty rows above `version`: `ptah
@@ -890,34 +895,13 @@ async fn never_rests_in_planning(engine: Engine, test: &str) -> anyhow::Result<(
     scene.finish().await
 }
 
-/// `ptah migrations up --limit=1` of `files` against `db`: a person
-/// applying a version by hand.
+/// `ptah migrations up --limit=1`: a person applying a version by hand.
 fn up_by_hand(db: &TestDatabase, files: &Value) -> anyhow::Result<()> {
-    let work = tempfile::tempdir()?;
-    let dir = work.path().join("migrations");
-    std::fs::create_dir_all(&dir)?;
-    for (name, content) in files.as_object().context("files by name")? {
-        std::fs::write(dir.join(name), content.as_str().unwrap_or_default())?;
-    }
-    let mut cmd = std::process::Command::new(tools::tool("ptah")?);
-    cmd.env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", work.path())
-        .env("PTAH_DB_URL", db.url())
-        .current_dir(work.path())
-        .args(["migrations", "up", "--limit=1"])
-        .arg(format!("--migrations-dir={}", dir.display()));
-    if db.engine == Engine::MariaDb {
+    match db.engine {
+        Engine::Postgres => ptah_migrations(db, files, &["up", "--limit=1"]),
         // This commit refuses its default tx-mode there (docs/executor.md).
-        cmd.arg("--tx-mode=none");
+        Engine::MariaDb => ptah_migrations(db, files, &["up", "--limit=1", "--tx-mode=none"]),
     }
-    let out = cmd.output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "ptah migrations up: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
 }
 
 async fn history_moved_after_the_approval(engine: Engine, test: &str) -> anyhow::Result<()> {
@@ -1198,60 +1182,40 @@ async fn bench_migration_run() -> anyhow::Result<()> {
     scene.finish().await
 }
 
-/// Two tests of `$f`: `$name::on_postgresql` and `$name::on_mariadb`, each
-/// in a namespace named after `$label` and its engine.
-macro_rules! on_both_engines {
-    ($name:ident, $label:literal, $f:ident $(, $arg:expr)?) => {
-        mod $name {
-            use super::*;
-
-            #[tokio::test]
-            async fn on_postgresql() -> anyhow::Result<()> {
-                $f(Engine::Postgres, concat!($label, "-pg") $(, $arg)?).await
-            }
-
-            #[tokio::test]
-            async fn on_mariadb() -> anyhow::Result<()> {
-                $f(Engine::MariaDb, concat!($label, "-maria") $(, $arg)?).await
-            }
-        }
-    };
-}
-
-on_both_engines!(
+conformance::on_both_engines!(
     a_fresh_database_from_a_configmap_runs_only_after_its_exact_approval,
     "approval",
     first_migration_waits_for_its_exact_approval,
     From::ConfigMap
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_fresh_database_from_a_git_tag_runs_after_its_approval,
     "tag",
     first_migration_waits_for_its_exact_approval,
     From::GitTag
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_fresh_database_from_a_signed_oci_artifact_runs_after_its_approval,
     "oci",
     first_migration_waits_for_its_exact_approval,
     From::Oci
 );
-on_both_engines!(
+conformance::on_both_engines!(
     apply_always_runs_without_an_approval_under_policy,
     "always",
     always_runs_under_its_policy
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_failure_at_the_third_statement_is_blocked_dirty_until_a_person_clears_it,
     "failed",
     failure_at_the_third_statement
 );
-on_both_engines!(
+conformance::on_both_engines!(
     modified_ahead_and_out_of_order_histories_are_blocked,
     "verdicts",
     history_verdicts_block
 );
-on_both_engines!(
+conformance::on_both_engines!(
     an_apply_pod_deleted_mid_run_is_held_until_acknowledged,
     "podgone",
     unknown_outcome_held_until_acknowledged,
@@ -1268,41 +1232,41 @@ async fn a_unique_index_over_duplicates_on_mariadb_is_held_until_acknowledged() 
     )
     .await
 }
-on_both_engines!(
+conformance::on_both_engines!(
     apply_never_rests_in_planning_with_its_plan_published,
     "never",
     never_rests_in_planning
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_history_moved_after_the_approval_is_refused_with_nothing_applied,
     "moved",
     history_moved_after_the_approval
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_manager_killed_after_the_apply_claim_runs_nothing_twice,
     "kill-claim",
     killed_during_the_apply,
     "after-claim"
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_manager_killed_after_the_apply_job_create_runs_nothing_twice,
     "kill-create",
     killed_during_the_apply,
     "after-job-create"
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_manager_killed_after_the_apply_job_uid_runs_nothing_twice,
     "kill-uid",
     killed_during_the_apply,
     "after-job-uid"
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_manager_killed_after_the_run_outcome_runs_nothing_twice,
     "kill-outcome",
     killed_during_the_apply,
     "after-outcome"
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_checkpoint_bootstrap_plans_ptahs_own_selection,
     "checkpoint",
     checkpoint_bootstrap

@@ -1456,108 +1456,88 @@ async fn bench_schema_paths() -> anyhow::Result<()> {
     operator.finish::<PtahSchema>(&ns).await
 }
 
-/// Two tests of `$f`: `$name::on_postgresql` and `$name::on_mariadb`, each
-/// in a namespace named after `$label` and its engine.
-macro_rules! on_both_engines {
-    ($name:ident, $label:literal, $f:ident $(, $arg:expr)?) => {
-        mod $name {
-            use super::*;
-
-            #[tokio::test]
-            async fn on_postgresql() -> anyhow::Result<()> {
-                $f(Engine::Postgres, concat!($label, "-pg") $(, $arg)?).await
-            }
-
-            #[tokio::test]
-            async fn on_mariadb() -> anyhow::Result<()> {
-                $f(Engine::MariaDb, concat!($label, "-maria") $(, $arg)?).await
-            }
-        }
-    };
-}
-
-on_both_engines!(
+conformance::on_both_engines!(
     a_first_schema_under_on_approval_converges_only_after_its_exact_approval,
     "approval",
     first_schema_waits_for_its_exact_approval,
     From::ConfigMap
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_first_schema_from_a_git_branch_converges_after_its_approval,
     "branch",
     first_schema_waits_for_its_exact_approval,
     From::GitBranch
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_first_schema_from_a_git_tag_converges_after_its_approval,
     "tag",
     first_schema_waits_for_its_exact_approval,
     From::GitTag
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_first_schema_from_a_commit_by_id_converges_after_its_approval,
     "commit",
     first_schema_waits_for_its_exact_approval,
     From::GitCommit
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_first_schema_from_a_signed_oci_artifact_converges_after_its_approval,
     "oci",
     first_schema_waits_for_its_exact_approval,
     From::Oci
 );
-on_both_engines!(policies_hold_on_real_plans, "policy", policies_hold);
-on_both_engines!(
+conformance::on_both_engines!(policies_hold_on_real_plans, "policy", policies_hold);
+conformance::on_both_engines!(
     drift_made_by_hand_is_planned_at_a_read_request_and_at_the_interval,
     "drift",
     drift_by_hand
 );
-on_both_engines!(
+conformance::on_both_engines!(
     an_edit_while_awaiting_approval_retires_the_plan_and_its_approval,
     "stale",
     edit_retires_the_awaited_plan
 );
-on_both_engines!(
+conformance::on_both_engines!(
     an_apply_pod_deleted_mid_run_is_proved_and_never_replayed,
     "podgone",
     apply_pod_deleted
 );
-on_both_engines!(
+conformance::on_both_engines!(
     an_unreachable_database_is_retried_and_recovers,
     "dbdown",
     database_unreachable
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_manager_killed_after_the_apply_claim_applies_once,
     "kill-claim",
     killed_after_the_apply_claim
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_manager_killed_after_the_apply_job_create_applies_once,
     "kill-create",
     killed_after_the_apply_job_create
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_manager_killed_after_the_apply_job_uid_applies_once,
     "kill-uid",
     killed_after_the_apply_job_uid
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_manager_killed_after_the_apply_outcome_applies_once,
     "kill-outcome",
     killed_after_the_apply_outcome
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_privilege_change_under_always_waits_for_an_approval,
     "grant",
     privilege_change_waits
 );
-on_both_engines!(
+conformance::on_both_engines!(
     a_proof_that_reads_another_database_blocks_until_put_back_or_settled,
     "target",
     target_moved_before_the_proof
 );
-on_both_engines!(
+conformance::on_both_engines!(
     two_schemas_sharing_a_realm_both_converge,
     "shared",
     shared_realm_converges
