@@ -28,10 +28,10 @@
 //! * The Apply Pod deleted mid-run (its statement waiting on a lock a test
 //!   session holds): `ApplyOutcomeUnknown`, then the proof, then a new plan
 //!   and `InSync`, and never a replay: no two Apply Jobs carry one plan.
-//! * The database unreachable (its Secret pointed at a port nothing listens
-//!   on): the read fails, is retried after `failureRetryInterval` under the
-//!   same claim, changes nothing, and the schema is `InSync` again once the
-//!   database is back.
+//! * The database stopped (the relay the Secret names stopped): the read
+//!   fails, is retried after `failureRetryInterval` under the same claim,
+//!   changes nothing, and the schema is `InSync` again once the database is
+//!   back at the same address.
 //! * The manager killed right after each durable write of an Apply's
 //!   dispatch (the claim, the Job create, its UID, the outcome) and started
 //!   again: one Job for the claim at most, the claim never lost, no second
@@ -842,9 +842,20 @@ fn failed_attempts(s: &PtahSchema) -> i32 {
 }
 
 async fn database_unreachable(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let Scene {
-        ns, db, operator, ..
-    } = Scene::start(engine, test, From::ConfigMap, json!({"apply": "Always"})).await?;
+    use conformance::testkit::relay::Relay;
+    // The Secret names a relay to the database, which the test stops and
+    // starts again: the database gone, and back at the same address.
+    let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
+    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
+    let mut relay = Relay::start(db.addr()?).await?;
+    declare(
+        &ns,
+        &db.through(relay.port())?,
+        From::ConfigMap,
+        json!({"apply": "Always"}),
+    )
+    .await?;
+    let operator = Operator::start(&ns, webhook_configurations).await?;
     operator
         .until(&ns, "orders", "InSync", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
@@ -852,10 +863,8 @@ async fn database_unreachable(engine: Engine, test: &str) -> anyhow::Result<()> 
         .await?;
     let applies = apply_jobs(&ns).await?;
 
-    // Nothing listens on port 1: every connection is refused.
-    let mut down = url::Url::parse(&db.url())?;
-    down.set_port(Some(1)).ok().context("a port")?;
-    set_url(&ns, down.as_str()).await?;
+    // The database stops: every connection is refused.
+    relay.stop().await;
     patch_spec(&ns, json!({"interval": "1h"})).await?;
     let s = operator
         .until(&ns, "orders", "the read failed twice", |s: &PtahSchema| {
@@ -897,7 +906,7 @@ async fn database_unreachable(engine: Engine, test: &str) -> anyhow::Result<()> 
     }
 
     // Back: the next attempt reads it and finds nothing to do.
-    set_url(&ns, &db.url()).await?;
+    relay.resume().await?;
     let s = operator
         .until(&ns, "orders", "InSync again", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)
@@ -1503,7 +1512,7 @@ conformance::on_both_engines!(
     apply_pod_deleted
 );
 conformance::on_both_engines!(
-    an_unreachable_database_is_retried_and_recovers,
+    a_stopped_database_is_retried_and_recovers,
     "dbdown",
     database_unreachable
 );

@@ -99,6 +99,26 @@ impl TestDatabase {
         Ok(db)
     }
 
+    /// The server's loopback address.
+    pub fn addr(&self) -> anyhow::Result<std::net::SocketAddr> {
+        let host = self.url.host_str().context("the URL's host")?;
+        let port = self.url.port().context("the URL's port")?;
+        Ok(format!("{host}:{port}").parse()?)
+    }
+
+    /// This database reached on `port` instead (a relay's), for a Secret.
+    pub fn through(&self, port: u16) -> anyhow::Result<Self> {
+        let mut url = self.url.clone();
+        url.set_port(Some(port))
+            .ok()
+            .context("a URL that takes a port")?;
+        Ok(Self {
+            engine: self.engine,
+            name: self.name.clone(),
+            url,
+        })
+    }
+
     /// The URL, for a Secret only: never print it.
     pub fn url(&self) -> String {
         self.url.to_string()

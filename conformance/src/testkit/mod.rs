@@ -17,6 +17,7 @@ pub mod manager;
 pub mod namespace;
 pub mod oci;
 pub mod operator;
+pub mod relay;
 pub mod wait;
 
 /// A name no other test, and no earlier run on the same harness, uses:
