@@ -1171,3 +1171,16 @@ fn a_directory_ptah_would_hash_otherwise_is_refused_naming_the_file() {
         "2ddddf745c628cbbfa5dbe15101c8c5e8c070e331beb3c0f328159c42d0eb56c"
     );
 }
+
+#[test]
+fn execution_millis_is_absent_where_the_table_does_not_record_it() {
+    let dir = dir("postgresql", "base");
+    let mut row = applied_row(1, &dir);
+    assert_eq!(row.revision().execution_millis, Some(20));
+    // A column an older layout lacks, and the value a row gets when no
+    // statement was timed (`migrations set`): neither is a duration.
+    row.execution_millis = None;
+    assert_eq!(row.revision().execution_millis, None);
+    row.execution_millis = Some(-1);
+    assert_eq!(row.revision().execution_millis, None);
+}
