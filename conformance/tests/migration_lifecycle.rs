@@ -50,6 +50,7 @@ use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
 use conformance::testkit::git::endpoints;
 use conformance::testkit::job::{count, running_pod};
+use conformance::testkit::journal::newest;
 use conformance::testkit::manager::{Manager, ManagerSpec, free_port};
 use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::oci::{Registry, key_policy_of, push_migrations, signed_by_new_key};
@@ -98,6 +99,19 @@ impl Scene {
         declare(&ns, &db, from, policy, files).await?;
         let operator = Operator::start(&ns, webhook_configurations).await?;
         Ok(Scene { ns, db, operator })
+    }
+
+    /// `orders` reading [`executor::migration_files`] from a ConfigMap,
+    /// under `policy`.
+    async fn of_two_versions(engine: Engine, test: &str, policy: Value) -> anyhow::Result<Scene> {
+        Self::start(
+            engine,
+            test,
+            From::ConfigMap,
+            policy,
+            executor::migration_files(),
+        )
+        .await
     }
 
     async fn until(
@@ -253,13 +267,7 @@ fn last_run(m: &PtahMigration) -> anyhow::Result<MigrationRun> {
 }
 
 fn entry(m: &PtahMigration, t: JournalEntryType) -> anyhow::Result<JournalEntry> {
-    let st = m.status.as_ref().context("status")?;
-    st.journal
-        .iter()
-        .rev()
-        .find(|e| e.type_ == t)
-        .cloned()
-        .with_context(|| format!("{t:?} in the journal: {:?}", st.journal))
+    newest(&m.status.as_ref().context("status")?.journal, t)
 }
 
 fn in_sync_after_a_run(m: &PtahMigration) -> bool {
@@ -398,14 +406,7 @@ async fn first_migration_waits_for_its_exact_approval(
 }
 
 async fn always_runs_under_its_policy(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let scene = Scene::start(
-        engine,
-        test,
-        From::ConfigMap,
-        json!({"apply": "Always"}),
-        executor::migration_files(),
-    )
-    .await?;
+    let scene = Scene::of_two_versions(engine, test, json!({"apply": "Always"})).await?;
     let m = scene
         .until("InSync after the run", in_sync_after_a_run)
         .await?;
@@ -485,14 +486,7 @@ fn clear_rows_above(db: &TestDatabase, files: &Value, version: i64) -> anyhow::R
 }
 
 async fn failure_at_the_third_statement(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let scene = Scene::start(
-        engine,
-        test,
-        From::ConfigMap,
-        json!({"apply": "Always"}),
-        executor::migration_files(),
-    )
-    .await?;
+    let scene = Scene::of_two_versions(engine, test, json!({"apply": "Always"})).await?;
     scene
         .until("InSync after the run", in_sync_after_a_run)
         .await?;
@@ -873,14 +867,7 @@ async fn unknown_outcome_held_until_acknowledged(
 }
 
 async fn never_rests_in_planning(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let scene = Scene::start(
-        engine,
-        test,
-        From::ConfigMap,
-        json!({"apply": "Never"}),
-        executor::migration_files(),
-    )
-    .await?;
+    let scene = Scene::of_two_versions(engine, test, json!({"apply": "Never"})).await?;
     let m = scene
         .until("Planning with ApplyDisabled", |m| {
             phase(m) == Some(MigrationPhase::Planning)
@@ -905,14 +892,7 @@ fn up_by_hand(db: &TestDatabase, files: &Value) -> anyhow::Result<()> {
 }
 
 async fn history_moved_after_the_approval(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let scene = Scene::start(
-        engine,
-        test,
-        From::ConfigMap,
-        json!({"apply": "OnApproval"}),
-        executor::migration_files(),
-    )
-    .await?;
+    let scene = Scene::of_two_versions(engine, test, json!({"apply": "OnApproval"})).await?;
     let m = scene
         .until("AwaitingApproval", |m| {
             phase(m) == Some(MigrationPhase::AwaitingApproval)

@@ -63,6 +63,7 @@ use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
 use conformance::testkit::git::endpoints;
 use conformance::testkit::job::{count, operations, running_pod};
+use conformance::testkit::journal::newest;
 use conformance::testkit::manager::{Manager, ManagerSpec, free_port};
 use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::oci::{Registry, key_policy, push_schema_file, signed_by_new_key};
@@ -120,13 +121,7 @@ fn plan_of(s: &PtahSchema) -> anyhow::Result<SchemaPlanSummary> {
 }
 
 fn entry(s: &PtahSchema, t: JournalEntryType) -> anyhow::Result<JournalEntry> {
-    let st = s.status.as_ref().context("status")?;
-    st.journal
-        .iter()
-        .rev()
-        .find(|e| e.type_ == t)
-        .cloned()
-        .with_context(|| format!("{t:?} in the journal: {:?}", st.journal))
+    newest(&s.status.as_ref().context("status")?.journal, t)
 }
 
 /// An approval of `plan` of `schema`, with the fingerprint given.

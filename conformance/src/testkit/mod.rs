@@ -13,6 +13,7 @@ pub mod database;
 pub mod executor;
 pub mod git;
 pub mod job;
+pub mod journal;
 pub mod manager;
 pub mod namespace;
 pub mod oci;
