@@ -89,6 +89,32 @@ struct Scene {
 }
 
 impl Scene {
+    /// `orders` from a ConfigMap under `OnApproval`, its first plan
+    /// approved and `InSync`.
+    async fn approved(engine: Engine, test: &str) -> anyhow::Result<(Scene, PtahSchema)> {
+        let scene = Self::start(
+            engine,
+            test,
+            From::ConfigMap,
+            json!({"apply": "OnApproval"}),
+        )
+        .await?;
+        let s = scene
+            .operator
+            .until(&scene.ns, "orders", "AwaitingApproval", |s: &PtahSchema| {
+                phase(s) == Some(SchemaPhase::AwaitingApproval)
+            })
+            .await?;
+        approve(&scene.ns, &s, "first").await?;
+        let s = scene
+            .operator
+            .until(&scene.ns, "orders", "InSync", |s: &PtahSchema| {
+                phase(s) == Some(SchemaPhase::InSync)
+            })
+            .await?;
+        Ok((scene, s))
+    }
+
     async fn start(engine: Engine, test: &str, from: From, policy: Value) -> anyhow::Result<Scene> {
         let ns = TestNamespace::for_operator(harness().await, "lifecycle", test).await?;
         let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
@@ -689,25 +715,13 @@ async fn approve(ns: &TestNamespace, s: &PtahSchema, name: &str) -> anyhow::Resu
 
 async fn apply_pod_deleted(engine: Engine, test: &str) -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::Pod;
-    let Scene {
-        ns, db, operator, ..
-    } = Scene::start(
-        engine,
-        test,
-        From::ConfigMap,
-        json!({"apply": "OnApproval"}),
-    )
-    .await?;
+    let (
+        Scene {
+            ns, db, operator, ..
+        },
+        s,
+    ) = Scene::approved(engine, test).await?;
     let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
-    let s = operator
-        .until(&ns, "orders", "AwaitingApproval", awaiting)
-        .await?;
-    approve(&ns, &s, "first").await?;
-    let s = operator
-        .until(&ns, "orders", "InSync", |s: &PtahSchema| {
-            phase(s) == Some(SchemaPhase::InSync)
-        })
-        .await?;
     let first = applied_plan(&s);
 
     // A new column planned and awaiting approval; then a session takes the
@@ -1194,23 +1208,14 @@ async fn apply_then_move_the_secret(
 }
 
 async fn target_moved_before_the_proof(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let Scene {
-        ns, db, operator, ..
-    } = Scene::start(
-        engine,
-        test,
-        From::ConfigMap,
-        json!({"apply": "OnApproval"}),
-    )
-    .await?;
+    let (
+        Scene {
+            ns, db, operator, ..
+        },
+        _,
+    ) = Scene::approved(engine, test).await?;
     let elsewhere =
         TestDatabase::create(ns.harness(), engine, &format!("{}-elsewhere", ns.name()))?;
-    let s = operator
-        .until(&ns, "orders", "AwaitingApproval", |s: &PtahSchema| {
-            phase(s) == Some(SchemaPhase::AwaitingApproval)
-        })
-        .await?;
-    approve(&ns, &s, "first").await?;
 
     // The Apply ran on the plan's database; its proof read another one.
     let s = apply_then_move_the_secret(
@@ -1387,23 +1392,8 @@ async fn shared_realm_converges(engine: Engine, test: &str) -> anyhow::Result<()
 async fn bench_schema_paths() -> anyhow::Result<()> {
     use conformance::testkit::bench::{FAST, Stretch, floor_ms, new_runner_timings, report, runs};
     let runs = runs(5);
-    let Scene { ns, operator, .. } = Scene::start(
-        Engine::Postgres,
-        "bench-paths",
-        From::ConfigMap,
-        json!({"apply": "OnApproval"}),
-    )
-    .await?;
+    let (Scene { ns, operator, .. }, _) = Scene::approved(Engine::Postgres, "bench-paths").await?;
     let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
-    let s = operator
-        .until(&ns, "orders", "AwaitingApproval", awaiting)
-        .await?;
-    approve(&ns, &s, "first").await?;
-    operator
-        .until(&ns, "orders", "InSync", |s: &PtahSchema| {
-            phase(s) == Some(SchemaPhase::InSync)
-        })
-        .await?;
     let (floor, floors) = floor_ms(&ns, runs).await?;
     let mut seen = std::collections::BTreeSet::new();
     new_runner_timings(&ns, &mut seen)?;

@@ -75,18 +75,7 @@ pub async fn schema_from(
     source: Value,
     policy: Value,
 ) -> anyhow::Result<()> {
-    db.secret(ns, &format!("{name}-db")).await?;
-    let obj = json!({
-        "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
-        "metadata": {"name": name},
-        "spec": {
-            "target": target(db, name),
-            "source": source,
-            "policy": policy,
-            "execution": {"failureRetryInterval": "5s"},
-        },
-    });
-    create(ns, "PtahSchema", "ptahschemas", obj).await
+    declared(ns, db, "PtahSchema", "ptahschemas", name, source, policy).await
 }
 
 /// The Secret `<name>-db`, the ConfigMap `<name>-migrations` holding
@@ -123,9 +112,32 @@ pub async fn migration_from(
     source: Value,
     policy: Value,
 ) -> anyhow::Result<()> {
+    declared(
+        ns,
+        db,
+        "PtahMigration",
+        "ptahmigrations",
+        name,
+        source,
+        policy,
+    )
+    .await
+}
+
+/// The Secret `<name>-db` and the `kind` `name` on it, reading `source`
+/// under `policy`, retried 5 s after a failure.
+async fn declared(
+    ns: &TestNamespace,
+    db: &TestDatabase,
+    kind: &str,
+    plural: &str,
+    name: &str,
+    source: Value,
+    policy: Value,
+) -> anyhow::Result<()> {
     db.secret(ns, &format!("{name}-db")).await?;
     let obj = json!({
-        "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahMigration",
+        "apiVersion": "operator.ptah.run/v1alpha1", "kind": kind,
         "metadata": {"name": name},
         "spec": {
             "target": target(db, name),
@@ -134,5 +146,5 @@ pub async fn migration_from(
             "execution": {"failureRetryInterval": "5s"},
         },
     });
-    create(ns, "PtahMigration", "ptahmigrations", obj).await
+    create(ns, kind, plural, obj).await
 }
