@@ -9,4 +9,4 @@
 # With RELEASE=1 the manager under test is the release build.
 set -euo pipefail
 export BENCH_SCHEMAS=${1:-200} BENCH_INTERVAL=${2:-2m}
-source "$(dirname "$0")/ignored.sh" bench_idle_schemas
+source "$(dirname "$0")/run-one.sh" bench_idle_schemas

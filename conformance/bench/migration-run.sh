@@ -8,4 +8,4 @@
 # build.
 set -euo pipefail
 export BENCH_RUNS=${1:-5}
-source "$(dirname "$0")/ignored.sh" bench_migration_run
+source "$(dirname "$0")/run-one.sh" bench_migration_run

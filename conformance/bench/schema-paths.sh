@@ -9,4 +9,4 @@
 # build.
 set -euo pipefail
 export BENCH_RUNS=${1:-5}
-source "$(dirname "$0")/ignored.sh" bench_schema_paths
+source "$(dirname "$0")/run-one.sh" bench_schema_paths
