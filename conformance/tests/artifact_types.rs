@@ -75,12 +75,12 @@ fn condition(status: &Value, t: &str) -> Value {
 }
 
 async fn wrong_type_is_blocked_after_verify(
-    kind: &str,
-    plural: &str,
+    engine: Engine,
     test: &str,
+    (kind, plural): (&str, &str),
 ) -> anyhow::Result<()> {
     let ns = TestNamespace::for_operator(harness().await, "types", test).await?;
-    let db = TestDatabase::create(ns.harness(), Engine::Postgres, ns.name())?;
+    let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
     db.secret(&ns, "orders-db").await?;
     let registry = Registry::from_harness(ns.harness())?;
     let repository = format!("ptah-conformance/{}", ns.name());
@@ -116,7 +116,7 @@ async fn wrong_type_is_blocked_after_verify(
         "metadata": {"name": "orders"},
         "spec": {
             "target": {
-                "engine": "PostgreSQL",
+                "engine": db.engine.spec(),
                 "urlFrom": {"name": "orders-db", "key": "url"},
                 "coordinationKey": "orders",
             },
@@ -202,12 +202,15 @@ async fn wrong_type_is_blocked_after_verify(
     Ok(())
 }
 
-#[tokio::test]
-async fn a_schema_given_a_migrations_artifact_is_blocked_after_verify() -> anyhow::Result<()> {
-    wrong_type_is_blocked_after_verify("PtahSchema", "ptahschemas", "schema").await
-}
-
-#[tokio::test]
-async fn a_migration_given_a_schema_artifact_is_blocked_after_verify() -> anyhow::Result<()> {
-    wrong_type_is_blocked_after_verify("PtahMigration", "ptahmigrations", "migration").await
-}
+conformance::on_both_engines!(
+    a_schema_given_a_migrations_artifact_is_blocked_after_verify,
+    "schema",
+    wrong_type_is_blocked_after_verify,
+    ("PtahSchema", "ptahschemas")
+);
+conformance::on_both_engines!(
+    a_migration_given_a_schema_artifact_is_blocked_after_verify,
+    "migration",
+    wrong_type_is_blocked_after_verify,
+    ("PtahMigration", "ptahmigrations")
+);
