@@ -36,5 +36,5 @@ if ! cargo nextest --version 2>/dev/null | grep -q "$NEXTEST_VERSION"; then
   cargo install --locked --quiet cargo-nextest --version "$NEXTEST_VERSION"
 fi
 
-say "building the pinned Go tools (cached; the first build takes ~10 minutes)"
+say "building the pinned Go tools (cached; the first build takes ~20 minutes)"
 bash "$here/tools/build.sh" >/dev/null

@@ -19,7 +19,9 @@ use crate::gitserve::{commit_files, create_repo};
 use crate::harness::Harness;
 use crate::testkit::database::{Engine, TestDatabase};
 use crate::testkit::git::endpoints;
-use crate::testkit::oci::{Registry, key_policy, push_schema_file, signed_by_new_key};
+use crate::testkit::oci::{
+    Key, Registry, key_policy, push_schema_file, run_ok, sign_command, signed_by_new_key,
+};
 
 /// The namespace the README's commands use.
 pub const NAMESPACE: &str = "ptah-examples";
@@ -130,13 +132,24 @@ pub async fn prepare(harness: &Harness, ns: &str) -> anyhow::Result<Prepared> {
     let registry = Registry::from_harness(harness)?;
     let tagged = format!("{}/{ns}/orders:v1", registry.host);
     let pushed = push_schema_file(&tagged, "schema.sql", SCHEMA_SQL.as_bytes()).await?;
+    // The same key on every run: the artifact's bytes, and so its digest,
+    // are the same each time, and cosign keeps the signature already there
+    // rather than adding a second by a new key.
     let keys = harness.state.join("examples").join(ns);
-    if keys.exists() {
-        std::fs::remove_dir_all(&keys)?;
-    }
-    std::fs::create_dir_all(&keys)?;
     let pinned = format!("{}/{ns}/orders@{}", registry.host, pushed.digest);
-    let signer = signed_by_new_key(&registry, &keys, "signer", &pinned)?;
+    let signer = match existing_key(&keys.join("signer")) {
+        Some(key) => {
+            run_ok(
+                "cosign sign",
+                &mut sign_command(&registry.cosign, &keys, &key, &pinned, true, None),
+            )?;
+            key
+        }
+        None => {
+            std::fs::create_dir_all(&keys)?;
+            signed_by_new_key(&registry, &keys, "signer", &pinned)?
+        }
+    };
     Api::<ConfigMap>::namespaced(client, ns)
         .patch(
             "orders-verification",
@@ -154,5 +167,17 @@ pub async fn prepare(harness: &Harness, ns: &str) -> anyhow::Result<Prepared> {
         oci_ref: format!("oci://{tagged}"),
         databases,
         catalog,
+    })
+}
+
+/// The key pair an earlier run left in `dir` (password `pw`), if whole.
+fn existing_key(dir: &std::path::Path) -> Option<Key> {
+    let (private, public) = (dir.join("cosign.key"), dir.join("cosign.pub"));
+    let public_pem = std::fs::read_to_string(&public).ok()?;
+    private.is_file().then(|| Key {
+        private,
+        public,
+        public_pem,
+        password: "pw".into(),
     })
 }

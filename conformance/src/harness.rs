@@ -49,6 +49,13 @@ pub struct Ports {
     pub git_ssh: u16,
     /// The registry that serves the OCI 1.1 referrers API natively.
     pub referrers_registry: u16,
+    /// Flux's source-controller: its artifact server, metrics and health.
+    pub flux_source_storage: u16,
+    pub flux_source_metrics: u16,
+    pub flux_source_health: u16,
+    /// Flux's kustomize-controller: metrics and health.
+    pub flux_kustomize_metrics: u16,
+    pub flux_kustomize_health: u16,
 }
 
 impl Ports {
@@ -71,7 +78,7 @@ impl Ports {
         Ok(())
     }
 
-    fn all_mut(&mut self) -> [&mut u16; 12] {
+    fn all_mut(&mut self) -> [&mut u16; 17] {
         [
             &mut self.etcd_client,
             &mut self.etcd_peer,
@@ -85,6 +92,11 @@ impl Ports {
             &mut self.git_http,
             &mut self.git_ssh,
             &mut self.referrers_registry,
+            &mut self.flux_source_storage,
+            &mut self.flux_source_metrics,
+            &mut self.flux_source_health,
+            &mut self.flux_kustomize_metrics,
+            &mut self.flux_kustomize_health,
         ]
     }
 }
@@ -97,6 +109,9 @@ pub struct Parts {
     pub databases: bool,
     pub registry: bool,
     pub git: bool,
+    /// Flux's source-controller and kustomize-controller (with the control
+    /// plane only; skipped when they are not built).
+    pub flux: bool,
 }
 
 impl Default for Parts {
@@ -106,6 +121,7 @@ impl Default for Parts {
             databases: true,
             registry: true,
             git: true,
+            flux: true,
         }
     }
 }
@@ -233,6 +249,9 @@ impl Harness {
         }
         if self.parts.control_plane {
             self.control_plane(&ports, &bin).await?;
+            if self.parts.flux {
+                waits.extend(crate::flux::start(self, &ports).await?);
+            }
         }
         for spec in &waits {
             service::wait_port(&self.state, spec, Duration::from_secs(90))?;
@@ -820,6 +839,8 @@ impl Harness {
     /// pods, then the control plane from the top down. Returns the pids.
     pub fn down(&self) -> anyhow::Result<Vec<(String, i32)>> {
         let order = [
+            crate::flux::KUSTOMIZE_CONTROLLER,
+            crate::flux::SOURCE_CONTROLLER,
             "process-kubelet",
             "kube-scheduler",
             "kube-controller-manager",
@@ -869,17 +890,22 @@ pub const EXECUTOR_IMAGE_PINNED: &str = "ghcr.io/ptah-run/ptah-executor@sha256:a
 /// /bin, /lib read-only) gives it a shell and coreutils, for tests.
 pub const BASE_IMAGE: &str = "docker.io/library/busybox:1.36";
 
+/// Writes a file only its owner reads. Another process (a test reading the
+/// database URL while its neighbour runs `up`) sees the old file or the new
+/// one, never a half-written one: the text goes to a temporary file in the
+/// same directory, renamed over the old.
 fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    if fs::read_to_string(path).is_ok_and(|old| old == text) {
+        return Ok(());
     }
-    let mut f = fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .open(path)?;
-    f.set_permissions(fs::Permissions::from_mode(0o600))?;
-    f.write_all(text.as_bytes())?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.as_file()
+        .set_permissions(fs::Permissions::from_mode(0o600))?;
+    tmp.write_all(text.as_bytes())?;
+    tmp.persist(path)
+        .map_err(|e| anyhow::anyhow!("writing {}: {}", path.display(), e.error))?;
     Ok(())
 }
 

@@ -10,6 +10,7 @@ pub mod crds;
 pub mod demo;
 pub mod env;
 pub mod examples;
+pub mod flux;
 pub mod gitserve;
 pub mod harness;
 pub mod kubelet;

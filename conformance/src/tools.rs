@@ -1,5 +1,6 @@
 //! Where the pinned Go tools live: `conformance/tools/build.sh` builds them
-//! into a directory keyed by `conformance/tools/pins.env` and prints it.
+//! into directories keyed by their pins files (`pins.env` for the control
+//! plane, `gitops.env` for Flux and Argo CD's health engine).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,14 +20,27 @@ pub fn build_script() -> PathBuf {
     workspace_root().join("conformance/tools/build.sh")
 }
 
-/// The directory the pinned tools are (or will be) built into.
+/// The directory the pinned control-plane tools are (or will be) built into.
 pub fn bin_dir() -> anyhow::Result<PathBuf> {
     if let Ok(dir) = std::env::var("PTAH_TOOLS_BIN") {
         return Ok(PathBuf::from(dir));
     }
+    print_dir(&[])
+}
+
+/// The directory of the GitOps tools (Flux, `argocd-health`).
+pub fn gitops_bin_dir() -> anyhow::Result<PathBuf> {
+    if let Ok(dir) = std::env::var("PTAH_GITOPS_TOOLS_BIN") {
+        return Ok(PathBuf::from(dir));
+    }
+    print_dir(&["gitops"])
+}
+
+fn print_dir(set: &[&str]) -> anyhow::Result<PathBuf> {
     let out = Command::new("bash")
         .arg(build_script())
         .arg("--print-dir")
+        .args(set)
         .output()
         .context("running conformance/tools/build.sh --print-dir")?;
     if !out.status.success() {
@@ -41,7 +55,10 @@ pub fn bin_dir() -> anyhow::Result<PathBuf> {
 /// The path of one built tool, refusing a missing one with the command that
 /// builds it.
 pub fn tool(name: &str) -> anyhow::Result<PathBuf> {
-    let path = bin_dir()?.join(name);
+    let mut path = bin_dir()?.join(name);
+    if !path.is_file() {
+        path = gitops_bin_dir()?.join(name);
+    }
     if !path.is_file() {
         bail!(
             "tool {name} is not built at {}; run `bash conformance/tools/build.sh`",

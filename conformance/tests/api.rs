@@ -1099,14 +1099,27 @@ async fn status_changes_only_through_the_status_subresource() {
         let stored_status =
             |o: &DynamicObject| o.data.get("status").cloned().unwrap_or(Value::Null);
 
-        // 1. PUT of the whole object with a status: the status is dropped.
+        // 1. PUT of the whole object with a status: the status is dropped,
+        //    and what is served is what was served before (nothing, or the
+        //    CRD's default: `observedGeneration: 0` on the two families,
+        //    which kstatus reads as not yet observed).
         let mut obj = api.get(&name).await.expect("get");
+        let served = stored_status(&obj);
+        let want = match kind.as_str() {
+            "PtahSchema" | "PtahMigration" => json!({"observedGeneration": 0}),
+            _ => Value::Null,
+        };
+        if served != want {
+            problems.push(format!(
+                "{kind}: a new object serves status {served}, not {want}"
+            ));
+        }
         obj.data["status"] = status.clone();
         if let Err(e) = api.replace(&name, &PostParams::default(), &obj).await {
             problems.push(format!("{kind}: PUT with status refused: {e}"));
         }
         let after_put = api.get(&name).await.expect("get");
-        if !stored_status(&after_put).is_null() {
+        if stored_status(&after_put) != served {
             problems.push(format!("{kind}: PUT on the main resource set status"));
         }
         // 2. A merge patch of status on the main resource: dropped too.
@@ -1121,7 +1134,7 @@ async fn status_changes_only_through_the_status_subresource() {
             problems.push(format!("{kind}: status merge patch refused: {e}"));
         }
         let after_patch = api.get(&name).await.expect("get");
-        if !stored_status(&after_patch).is_null() {
+        if stored_status(&after_patch) != served {
             problems.push(format!("{kind}: a patch of the main resource set status"));
         }
         // 3. Through the status subresource: stored as sent, and the

@@ -1,16 +1,30 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools of the local control plane from their Go modules
 # into a cache directory keyed by the pins, and prints that bin directory.
-# Usage: build.sh [--print-dir] [tool...]   (tools: etcd kubernetes registry cosign helm ptah)
+# Usage: build.sh [--print-dir [gitops]] [tool...]
+#   control plane (pins.env):  etcd kubernetes registry cosign helm ptah
+#   GitOps (gitops.env):       flux argocd-health
+# Each set has its own cache directory, keyed by its own pins file, so adding
+# a GitOps tool does not rebuild the control plane.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=pins.env
 source "$here/pins.env"
+# shellcheck source=gitops.env
+source "$here/gitops.env"
+cache=${PTAH_TOOLS_CACHE:-$HOME/.cache/ptah-operator/tools}
 key=$(sha256sum <"$here/pins.env" | cut -c1-16)
-root=${PTAH_TOOLS_CACHE:-$HOME/.cache/ptah-operator/tools}/$key
-bin=$root/bin
-if [ "${1:-}" = "--print-dir" ]; then echo "$bin"; exit 0; fi
-mkdir -p "$bin" "$root/logs"
+gitops_key=gitops-$(sha256sum <"$here/gitops.env" | cut -c1-16)
+if [ "${1:-}" = "--print-dir" ]; then
+  if [ "${2:-}" = gitops ]; then echo "$cache/$gitops_key/bin"; else echo "$cache/$key/bin"; fi
+  exit 0
+fi
+# Sets where the next tool is built: the control plane's or the GitOps set.
+use_set() {
+  root=$cache/$1; bin=$root/bin
+  mkdir -p "$bin" "$root/logs"
+}
+use_set "$key"
 export GOFLAGS=-trimpath CGO_ENABLED=0 GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 
 say() { printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -130,11 +144,51 @@ build_ptah() {
   "$bin/ptah" --version >&2
 }
 
+# Flux's source-controller and kustomize-controller in one module (they
+# share most dependencies), with the replaces docs/performance.md and
+# ../shared/reference/go-tools.md explain, and their CRDs from the module zips.
+build_flux() {
+  use_set "$gitops_key"
+  [ -x "$bin/source-controller" ] && [ -x "$bin/kustomize-controller" ] && [ -d "$root/crds" ] && return 0
+  with_progress flux bash -c "
+    set -euo pipefail
+    $(declare -f tool_module); root=$root
+    tool_module flux
+    go mod edit -require=github.com/fluxcd/source-controller@$FLUX_SOURCE_VERSION -require=github.com/fluxcd/kustomize-controller@$FLUX_KUSTOMIZE_VERSION
+    for r in $FLUX_ARTIFACT_REPLACE $FLUX_DIGEST_REPLACE $FLUX_YAML_REPLACE $FLUX_KUSTOMIZE_API_REPLACE $FLUX_KYAML_REPLACE; do
+      go mod edit -replace=\$r
+    done
+    go build -mod=mod -o '$bin/source-controller.tmp' github.com/fluxcd/source-controller && mv '$bin/source-controller.tmp' '$bin/source-controller'
+    go build -mod=mod -o '$bin/kustomize-controller.tmp' github.com/fluxcd/kustomize-controller && mv '$bin/kustomize-controller.tmp' '$bin/kustomize-controller'
+    mods=\$(go env GOMODCACHE)/github.com/fluxcd
+    rm -rf '$root/crds.tmp'; mkdir -p '$root/crds.tmp'
+    cp \$mods/source-controller@$FLUX_SOURCE_VERSION/config/crd/bases/*.yaml \$mods/kustomize-controller@$FLUX_KUSTOMIZE_VERSION/config/crd/bases/*.yaml '$root/crds.tmp/'
+    chmod u+w '$root'/crds.tmp/*.yaml
+    mv '$root/crds.tmp' '$root/crds'"
+}
+
+# The checker around Argo CD's Lua health engine (conformance/tools/argocd-health).
+build_argocd_health() {
+  use_set "$gitops_key"
+  [ -x "$bin/argocd-health" ] && return 0
+  with_progress argocd-health bash -c "
+    set -euo pipefail
+    $(declare -f tool_module); root=$root
+    tool_module argocd-health
+    cp '$here/argocd-health/main.go' .
+    export GOTOOLCHAIN=$ARGOCD_GOTOOLCHAIN
+    go mod edit -go=${ARGOCD_GOTOOLCHAIN#go} -require=github.com/argoproj/argo-cd/v3@$ARGOCD_VERSION
+    go build -mod=mod -o '$bin/argocd-health.tmp' . && mv '$bin/argocd-health.tmp' '$bin/argocd-health'"
+}
+
 tools=("$@")
-[ ${#tools[@]} = 0 ] && tools=(etcd kubernetes registry cosign helm ptah)
-say "cache: $root"
+[ ${#tools[@]} = 0 ] && tools=(etcd kubernetes registry cosign helm ptah flux argocd-health)
+say "cache: $cache ($key, $gitops_key)"
 for t in "${tools[@]}"; do
+  use_set "$key"
   case $t in
+    flux) build_flux ;;
+    argocd-health) build_argocd_health ;;
     etcd) build_etcd ;;
     kubernetes) build_kubernetes ;;
     registry) build_simple registry github.com/distribution/distribution/v3 github.com/distribution/distribution/v3/cmd/registry "$DISTRIBUTION_VERSION" ;;
@@ -144,4 +198,4 @@ for t in "${tools[@]}"; do
     *) echo "unknown tool: $t" >&2; exit 2 ;;
   esac
 done
-echo "$bin"
+echo "$cache/$key/bin"

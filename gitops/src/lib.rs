@@ -1,3 +1,76 @@
-//! The user's side of every stage: the `kubectl ptah` plugin (plan, approve,
-//! wait, refresh, set-source, schema, migration, history) and the health
-//! rules that let Flux and Argo CD read a PtahSchema or PtahMigration.
+//! The user's side of every stage: the `kubectl ptah` plugin (schema,
+//! migration, plan, approve, wait, refresh, set-source, history) and the
+//! health rules that let Flux and Argo CD read a PtahSchema or PtahMigration
+//! (`gitops/argocd/`).
+//!
+//! Each verb is a module: it reads what the manager wrote (status, stored
+//! plans, the journal) and writes only what a person may write (an approval,
+//! the read-request annotation, `spec.source.oci.ref` under its own field
+//! manager). The rendering is pure and unit-tested; the cluster calls are
+//! thin around it.
+
+pub mod approve;
+pub mod cli;
+pub mod follow;
+pub mod history;
+pub mod output;
+pub mod plan;
+pub mod refresh;
+pub mod resource;
+pub mod set_source;
+pub mod stages;
+
+/// The exit codes a script can rely on.
+pub mod exit {
+    /// The verb did what it was asked.
+    pub const OK: i32 = 0;
+    /// Something went wrong (the API, a refused write, a missing object).
+    pub const ERROR: i32 = 1;
+    /// The resource ended `Blocked` or `Failed` while waited for.
+    pub const BLOCKED_OR_FAILED: i32 = 2;
+    /// The wait timed out.
+    pub const TIMEOUT: i32 = 3;
+    /// The command line was wrong.
+    pub const USAGE: i32 = 64;
+    /// What the verb names does not exist.
+    pub const NOT_FOUND: i32 = 4;
+}
+
+/// A verb's failure: one line for the person, and the exit code.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn usage(message: impl Into<String>) -> Self {
+        Failure::new(exit::USAGE, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Failure::new(exit::NOT_FOUND, message)
+    }
+
+    pub fn error(message: impl Into<String>) -> Self {
+        Failure::new(exit::ERROR, message)
+    }
+
+    /// An API error while doing `what`: the server's own message, which
+    /// names the object and the rule (admission refusals included).
+    pub fn api(what: impl std::fmt::Display, e: kube::Error) -> Self {
+        let detail = match &e {
+            kube::Error::Api(status) => status.message.clone(),
+            other => other.to_string(),
+        };
+        Failure::error(format!("{what}: {detail}"))
+    }
+}

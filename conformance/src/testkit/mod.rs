@@ -18,6 +18,7 @@ pub mod manager;
 pub mod namespace;
 pub mod oci;
 pub mod operator;
+pub mod plugin;
 pub mod relay;
 pub mod wait;
 

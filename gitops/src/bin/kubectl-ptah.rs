@@ -1,42 +1,35 @@
-//! `kubectl ptah`: follow and steer a change through the six stages.
-use clap::{Parser, Subcommand};
+//! `kubectl ptah`: follow and steer a change through the six stages. kubectl
+//! finds this binary on PATH as the plugin `ptah`.
 
-/// Follow and steer PtahSchema and PtahMigration changes from kubectl.
-#[derive(Parser)]
-#[command(name = "kubectl-ptah", bin_name = "kubectl ptah", version)]
-struct Args {
-    #[command(subcommand)]
-    command: Command,
-}
+use clap::Parser;
 
-#[derive(Subcommand)]
-enum Command {
-    /// Show the current plan of a resource (stage 2); --applied for the last applied one.
-    Plan,
-    /// Approve the exact plan a resource shows (stage 3).
-    Approve,
-    /// Wait until a resource's change has been applied and verified (stages 4-5).
-    Wait,
-    /// Ask a resource to read its source and database again now.
-    Refresh,
-    /// Point a resource at another OCI artifact (stage 1).
-    SetSource,
-    /// Show a PtahSchema through its stages.
-    Schema,
-    /// Show a PtahMigration through its stages.
-    Migration,
-}
-
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let name = match args.command {
-        Command::Plan => "plan",
-        Command::Approve => "approve",
-        Command::Wait => "wait",
-        Command::Refresh => "refresh",
-        Command::SetSource => "set-source",
-        Command::Schema => "schema",
-        Command::Migration => "migration",
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    // The rustls provider of every TLS connection (aws-lc-rs, as the manager).
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let args = match gitops::cli::Args::try_parse() {
+        Ok(args) => args,
+        // Help and version exit 0; a wrong command line exits 64, never 2,
+        // which says Blocked or Failed.
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            std::process::exit(0);
+        }
+        // One line naming what is wrong; `--help` has the rest.
+        Err(e) => {
+            let text = e.render().to_string();
+            let line: Vec<&str> = text
+                .lines()
+                .skip_while(|l| !l.starts_with("error:"))
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!("{} (see --help)", line.join(" "));
+            std::process::exit(gitops::exit::USAGE);
+        }
     };
-    anyhow::bail!("`kubectl ptah {name}` is not implemented yet; see README.md")
+    if let Err(f) = gitops::cli::run(args).await {
+        eprintln!("error: {f}");
+        std::process::exit(f.code);
+    }
 }

@@ -56,10 +56,11 @@ pub fn is_true<T: PartialEq + Copy>(conditions: &[Condition<T>], type_: T) -> bo
 pub enum Health {
     /// Done for this generation: `Ready=True`.
     Ready,
-    /// Work is under way or a retry is due: `Reconciling=True`.
+    /// Work is under way, a retry is due or a plan waits for its approval:
+    /// `Reconciling=True`.
     Progressing,
-    /// Waiting for a person (an approval, `spec.suspend`): neither
-    /// reconciling nor stalled, and not ready.
+    /// At rest by a person's choice (`spec.suspend`, a migration under
+    /// `Never`): neither reconciling nor stalled, and not ready.
     Waiting,
     /// No progress until an input changes: `Stalled=True`.
     Stalled,

@@ -382,6 +382,10 @@ pub struct PendingObservation {
 /// What the operator has observed and decided about a PtahSchema.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+// A resource the manager has not read yet is served with
+// `observedGeneration: 0`, which kstatus readers (Flux's health checks) take
+// as in progress; without any status they would take it as current.
+#[schemars(extend("default" = {"observedGeneration": 0}))]
 pub struct PtahSchemaStatus {
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

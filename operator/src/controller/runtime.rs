@@ -798,7 +798,9 @@ fn classify(
     now: Option<i64>,
     digest: Option<&str>,
 ) -> Option<GenerationMove> {
-    let (Some(observed), Some(now)) = (observed, now) else {
+    // 0 is the CRD's default on a resource no manager has read: nothing
+    // was observed, so nothing moved.
+    let (Some(observed), Some(now)) = (observed.filter(|g| *g > 0), now) else {
         return None;
     };
     if observed == now {
@@ -840,5 +842,10 @@ mod tests {
             "remembered at another generation than status observed"
         );
         assert_eq!(classify(Some(&before), None, Some(5), Some("d")), None);
+        assert_eq!(
+            classify(None, Some(0), Some(1), Some("d")),
+            None,
+            "the CRD's default observedGeneration 0 is no observation"
+        );
     }
 }

@@ -1056,7 +1056,8 @@ impl Machine<'_> {
                     Reason::AwaitingApproval,
                     &plan.name,
                 );
-                self.settle(P::AwaitingApproval, Reason::AwaitingApproval, "");
+                let waits = format!("plan {} waits for an approval", plan.name);
+                self.settle(P::AwaitingApproval, Reason::AwaitingApproval, &waits);
                 self.schedule_interval();
             }
             ApplyPolicy::Always => {
@@ -1480,7 +1481,8 @@ impl Machinery for Machine<'_> {
         let health = match phase {
             P::InSync => Health::Ready,
             P::Blocked => Health::Stalled,
-            P::AwaitingApproval | P::Suspended => Health::Waiting,
+            // As a schema's: a plan waiting for a person is in progress.
+            P::Suspended => Health::Waiting,
             _ if resting => Health::Waiting,
             _ => Health::Progressing,
         };

@@ -365,6 +365,33 @@ fn reading_pending_with_unsettled_run_goes_blocked_publishes_no_plan() {
 }
 
 #[test]
+fn awaiting_approval_reads_in_progress_to_kstatus_naming_the_plan() {
+    let m = awaiting();
+    assert_eq!(
+        cond_of(&m, C::Reconciling).map(|c| c.0),
+        Some(ConditionStatus::True)
+    );
+    assert_eq!(
+        cond_of(&m, C::Stalled).map(|c| c.0),
+        Some(ConditionStatus::False)
+    );
+    assert_eq!(
+        cond_of(&m, C::Ready),
+        Some((ConditionStatus::False, Reason::AwaitingApproval))
+    );
+    let ready = st(&m)
+        .conditions
+        .iter()
+        .find(|c| c.type_ == C::Ready)
+        .expect("Ready");
+    let plan = st(&m).plan.as_ref().expect("plan");
+    assert_eq!(
+        ready.message,
+        format!("plan {} waits for an approval", plan.name)
+    );
+}
+
+#[test]
 fn planning_on_approval_goes_awaiting_approval() {
     let m = awaiting();
     assert_eq!(phase(&m), Some(P::AwaitingApproval));

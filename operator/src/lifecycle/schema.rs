@@ -384,7 +384,15 @@ impl Machine<'_> {
                 });
                 if withdrawable {
                     self.drop_claim();
-                    self.settle(SchemaPhase::AwaitingApproval, Reason::AwaitingApproval, "");
+                    let waits = match &self.st.plan {
+                        Some(plan) => format!("plan {} waits for an approval", plan.name),
+                        None => String::new(),
+                    };
+                    self.settle(
+                        SchemaPhase::AwaitingApproval,
+                        Reason::AwaitingApproval,
+                        &waits,
+                    );
                     self.schedule_interval();
                 }
             }
@@ -648,7 +656,10 @@ impl Machinery for Machine<'_> {
         let health = match phase {
             SchemaPhase::InSync => Health::Ready,
             SchemaPhase::Blocked => Health::Stalled,
-            SchemaPhase::AwaitingApproval | SchemaPhase::Suspended => Health::Waiting,
+            // A plan waiting for a person still has work coming: kstatus
+            // readers (a Flux health check) see it in progress, never failed
+            // and never done; the message says what it waits for.
+            SchemaPhase::Suspended => Health::Waiting,
             _ => Health::Progressing,
         };
         self.kstatus(health, reason, message);

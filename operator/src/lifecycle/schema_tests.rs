@@ -348,6 +348,28 @@ fn planning_changes_under_always_goes_ready_to_apply() {
 }
 
 #[test]
+fn awaiting_approval_reads_in_progress_to_kstatus_naming_the_plan() {
+    let s = awaiting_approval();
+    let conds = &st(&s).conditions;
+    assert!(
+        conditions::is_true(conds, C::Reconciling),
+        "a Flux health check keeps waiting"
+    );
+    assert!(
+        !conditions::is_true(conds, C::Stalled),
+        "never read as failed"
+    );
+    assert!(!conditions::is_true(conds, C::Ready));
+    let ready = conditions::get(conds, C::Ready).expect("Ready");
+    let plan = st(&s).plan.as_ref().expect("plan");
+    assert_eq!(ready.reason, Reason::AwaitingApproval);
+    assert_eq!(
+        ready.message,
+        format!("plan {} waits for an approval", plan.name)
+    );
+}
+
+#[test]
 fn planning_changes_on_approval_goes_awaiting_approval() {
     let s = awaiting_approval();
     assert_eq!(phase(&s), Some(SchemaPhase::AwaitingApproval));
@@ -629,6 +651,23 @@ fn same_plan_republished_writes_nothing() {
     assert_eq!(journal_types(&s), vec![JournalEntryType::PlanPublished]);
     assert!(!fx.iter().any(|e| matches!(e, Effect::RetirePlan { .. })));
     assert_eq!(phase(&s), Some(SchemaPhase::AwaitingApproval));
+}
+
+#[test]
+fn a_plan_the_journal_holds_published_again_writes_no_second_entry() {
+    let mut s = awaiting_approval();
+    // Status no longer names the plan (it ran, or gave way), and the next
+    // reading plans exactly the same change again.
+    s.status.as_mut().expect("status").plan = None;
+    run(&mut s, Observation::Pass, 604);
+    run(&mut s, Observation::SnapshotTaken(cm_source(1)), 605);
+    let mut s = planning_from(s);
+    run(&mut s, changes(plan(1)), 606);
+    assert_eq!(journal_types(&s), vec![JournalEntryType::PlanPublished]);
+    assert_eq!(
+        st(&s).plan.as_ref().map(|p| p.uid.as_str()),
+        Some("plan-uid-1")
+    );
 }
 
 #[test]

@@ -298,10 +298,19 @@ impl Machine<'_> {
                 plan.uid.as_str(),
                 plan.fingerprint.as_str(),
             );
-            let mut e = common::plan_published(identity, plan.created_at.as_ref(), self.now);
-            e.approval_required = Some(plan.approval_required);
-            e.replaced = replaced;
-            self.journal(e);
+            // Written for a plan the journal does not hold yet: the same plan
+            // published again (the database back where it started) writes
+            // nothing, as for a migration.
+            let held = self.st.journal.iter().any(|e| {
+                e.type_ == JournalEntryType::PlanPublished
+                    && e.plan_uid.as_deref() == Some(&plan.uid)
+            });
+            if !held {
+                let mut e = common::plan_published(identity, plan.created_at.as_ref(), self.now);
+                e.approval_required = Some(plan.approval_required);
+                e.replaced = replaced;
+                self.journal(e);
+            }
             self.fx.push(Effect::PublishPlan {
                 name: plan.name.clone(),
             });
@@ -359,7 +368,12 @@ impl Machine<'_> {
                 reason,
                 &plan.name,
             );
-            self.settle(SchemaPhase::AwaitingApproval, Reason::AwaitingApproval, "");
+            let waits = format!("plan {} waits for an approval", plan.name);
+            self.settle(
+                SchemaPhase::AwaitingApproval,
+                Reason::AwaitingApproval,
+                &waits,
+            );
             self.schedule_interval();
         }
     }

@@ -1,0 +1,260 @@
+//! Following a resource until a verb's condition holds: `wait`, and the
+//! `--wait` of `approve` and `refresh`. One watch on the object; every change
+//! of phase or reason is a progress line on stderr; the step functions that
+//! decide are pure.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::runtime::watcher::watch_object;
+use kube::{Api, Client};
+use operator::api::{PtahMigration, PtahSchema};
+
+use crate::resource::{Kind, Resource, Target, missing};
+use crate::{Failure, exit};
+
+/// What a step function says about the resource as it is now.
+#[derive(Debug)]
+pub enum Step {
+    /// Not yet.
+    Continue,
+    /// The condition holds.
+    Done,
+    /// It will not hold: stop with this failure.
+    Stop(Failure),
+}
+
+/// The failure of a resource that ended `Blocked` or `Failed`, naming its
+/// reason and message.
+pub fn ended(r: &Resource) -> Failure {
+    let (reason, message) = r.verdict();
+    let phase = r.phase().unwrap_or_default();
+    let mut line = format!("{} is {phase} ({reason})", r.cli_name());
+    if !message.is_empty() {
+        line.push_str(&format!(": {message}"));
+    }
+    Failure::new(exit::BLOCKED_OR_FAILED, line)
+}
+
+/// `wait`: `phase` reached for the current generation; `Blocked` or `Failed`
+/// (when not the phase asked for) end it.
+pub fn wait_step(r: &Resource, phase: &str) -> Step {
+    if !r.observed_current() {
+        return Step::Continue;
+    }
+    match r.phase().as_deref() {
+        Some(p) if p == phase => Step::Done,
+        Some("Blocked" | "Failed") => Step::Stop(ended(r)),
+        _ => Step::Continue,
+    }
+}
+
+/// One progress line per change of phase or reason.
+fn progress(last: &mut Option<(Option<String>, String)>, r: &Resource) {
+    let (reason, message) = r.verdict();
+    let now = (r.phase(), reason.clone());
+    if last.as_ref() == Some(&now) {
+        return;
+    }
+    let stamp = k8s_openapi::jiff::Timestamp::now().strftime("%H:%M:%S");
+    let mut line = format!(
+        "[{stamp}] {}: {}",
+        r.target(),
+        now.0.as_deref().unwrap_or("(no phase yet)")
+    );
+    if !reason.is_empty() {
+        line.push_str(&format!(" ({reason})"));
+    }
+    if !message.is_empty() {
+        line.push_str(&format!(": {message}"));
+    }
+    eprintln!("{line}");
+    *last = Some(now);
+}
+
+/// Watches `target` until `step` says done or stop, or `timeout` passes.
+/// Returns the resource as it was when done.
+pub async fn follow(
+    client: &Client,
+    namespace: &str,
+    target: &Target,
+    timeout: Duration,
+    what: &str,
+    mut step: impl FnMut(&Resource) -> Step,
+) -> Result<Resource, Failure> {
+    let mut stream = match target.kind {
+        Kind::Schema => watch_object(
+            Api::<PtahSchema>::namespaced(client.clone(), namespace),
+            &target.name,
+        )
+        .map(|e| e.map(|o| o.map(|s| Resource::Schema(Box::new(s)))))
+        .boxed(),
+        Kind::Migration => watch_object(
+            Api::<PtahMigration>::namespaced(client.clone(), namespace),
+            &target.name,
+        )
+        .map(|e| e.map(|o| o.map(|m| Resource::Migration(Box::new(m)))))
+        .boxed(),
+    };
+    let mut last = None;
+    let mut seen: Option<Resource> = None;
+    let run = async {
+        let mut errors = 0;
+        while let Some(event) = stream.next().await {
+            // A watch that drops (an API server restart, a timeout) is
+            // started again; only errors in a row end the wait.
+            let found = match event {
+                Ok(found) => {
+                    errors = 0;
+                    found
+                }
+                Err(e) if errors < 10 => {
+                    errors += 1;
+                    pause_after(errors, &e).await;
+                    continue;
+                }
+                Err(e) => {
+                    return Err(Failure::error(format!(
+                        "watching {target} in {namespace}: {e}"
+                    )));
+                }
+            };
+            let Some(r) = found else {
+                return Err(missing(client, namespace, target).await);
+            };
+            progress(&mut last, &r);
+            match step(&r) {
+                Step::Continue => seen = Some(r),
+                Step::Done => return Ok(r),
+                Step::Stop(f) => return Err(f),
+            }
+        }
+        Err(Failure::error(format!("the watch of {target} ended")))
+    };
+    match tokio::time::timeout(timeout, run).await {
+        Ok(done) => done,
+        Err(_) => {
+            let now = match &seen {
+                Some(r) => {
+                    let (reason, message) = r.verdict();
+                    let mut s = format!(
+                        "; it is {}",
+                        r.phase().unwrap_or_else(|| "(no phase yet)".into())
+                    );
+                    if !reason.is_empty() {
+                        s.push_str(&format!(" ({reason})"));
+                    }
+                    if !message.is_empty() {
+                        s.push_str(&format!(": {message}"));
+                    }
+                    s
+                }
+                None => String::new(),
+            };
+            Err(Failure::new(
+                exit::TIMEOUT,
+                format!(
+                    "timed out after {}s waiting for {target} -n {namespace} {what}{now}",
+                    timeout.as_secs()
+                ),
+            ))
+        }
+    }
+}
+
+/// Waits a little longer after each failed watch, saying why after a few.
+async fn pause_after(errors: u32, e: &kube::runtime::watcher::Error) {
+    if errors > 2 {
+        eprintln!("watch failed ({e}); trying again");
+    }
+    tokio::time::sleep(Duration::from_millis(250 * u64::from(errors))).await;
+}
+
+/// A `--timeout` value: `90s`, `5m`, `1h`, or plain seconds.
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as 90s, 5m or 1h"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("{s:?} is not a duration such as 90s, 5m or 1h")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema(generation: i64, observed: i64, phase: &str, reason: &str) -> Resource {
+        let obj = serde_json::json!({
+            "apiVersion": "operator.ptah.run/v1alpha1",
+            "kind": "PtahSchema",
+            "metadata": {"name": "orders", "namespace": "app", "generation": generation},
+            "spec": {
+                "target": {"engine": "postgres", "urlFrom": {"name": "db", "key": "url"}},
+                "source": {"configMap": {"name": "orders-schema"}},
+                "interval": "5m",
+            },
+            "status": {
+                "observedGeneration": observed,
+                "phase": phase,
+                "conditions": [{
+                    "type": "Ready", "status": "False", "reason": reason,
+                    "message": "plan p drops table t", "lastTransitionTime": "2026-12-01T00:00:00Z",
+                }],
+            },
+        });
+        Resource::Schema(Box::new(serde_json::from_value(obj).expect("a PtahSchema")))
+    }
+
+    #[test]
+    fn wait_is_done_at_the_phase_of_the_current_generation_only() {
+        assert!(matches!(
+            wait_step(&schema(2, 2, "InSync", "InSync"), "InSync"),
+            Step::Done
+        ));
+        assert!(matches!(
+            wait_step(&schema(2, 1, "InSync", "InSync"), "InSync"),
+            Step::Continue
+        ));
+        assert!(matches!(
+            wait_step(&schema(2, 2, "Applying", "OperationInProgress"), "InSync"),
+            Step::Continue
+        ));
+    }
+
+    #[test]
+    fn wait_stops_on_blocked_naming_the_reason() {
+        let Step::Stop(f) = wait_step(
+            &schema(1, 1, "Blocked", "DestructiveChangesDisabled"),
+            "InSync",
+        ) else {
+            panic!("Blocked must stop the wait");
+        };
+        assert_eq!(f.code, exit::BLOCKED_OR_FAILED);
+        assert_eq!(
+            f.message,
+            "schema/orders -n app is Blocked (DestructiveChangesDisabled): plan p drops table t"
+        );
+        // Asked for Blocked, Blocked is what it waits for.
+        assert!(matches!(
+            wait_step(
+                &schema(1, 1, "Blocked", "DestructiveChangesDisabled"),
+                "Blocked"
+            ),
+            Step::Done
+        ));
+    }
+
+    #[test]
+    fn timeouts_parse_with_units() {
+        assert_eq!(parse_timeout("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_timeout("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_timeout("30"), Ok(Duration::from_secs(30)));
+        assert!(parse_timeout("5 minutes").is_err());
+    }
+}

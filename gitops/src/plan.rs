@@ -1,0 +1,349 @@
+//! `kubectl ptah plan KIND/NAME`: the plan's identity, contents and findings,
+//! and the source it is bound to. A schema plan's SQL is read back from its
+//! chunks with the manager's own reader (every chunk's digest and the whole
+//! plan's checked); a migration plan holds versions and checksums, never SQL.
+//! `--applied` shows the plan the last confirmed Apply (or run) carried out.
+
+use kube::{Api, Client};
+use operator::api::status::SourceBinding;
+use operator::api::{PtahMigrationPlan, PtahSchemaPlan};
+use operator::runner::reports::PlanDocument;
+use serde::Serialize;
+
+use crate::Failure;
+use crate::resource::{Resource, spelled, when};
+
+/// One statement of a schema plan.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Statement {
+    pub sql: String,
+    pub severity: String,
+}
+
+/// One version of a migration plan.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Version {
+    pub version: i64,
+    pub description: Option<String>,
+    pub checksum: String,
+    pub checkpoint: bool,
+}
+
+/// A plan as the verb shows it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanView {
+    pub kind: &'static str,
+    pub name: String,
+    pub uid: String,
+    pub fingerprint: String,
+    /// `PtahSchema app/orders`.
+    pub resource: String,
+    pub created_at: Option<String>,
+    /// The identity lines: content digest, dialect, target, policy, execution.
+    pub identity: Vec<(String, String)>,
+    /// Findings: destructive, privilege changes, drift, severities.
+    pub findings: Vec<String>,
+    pub source: Vec<(String, String)>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub statements: Vec<Statement>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<Version>,
+}
+
+fn source_lines(b: &SourceBinding) -> Vec<(String, String)> {
+    let mut out = vec![
+        ("kind".to_string(), spelled(&b.kind)),
+        ("content".to_string(), b.content_digest.clone()),
+    ];
+    let mut add = |k: &str, v: &Option<String>| {
+        if let Some(v) = v {
+            out.push((k.to_string(), v.clone()));
+        }
+    };
+    add("configMapUID", &b.config_map_uid);
+    add("snapshot", &b.snapshot_name);
+    add("location", &b.location_digest);
+    add("commit", &b.commit);
+    add("reference", &b.resolved_reference);
+    add("sourcePolicy", &b.source_policy_digest);
+    add("verificationPolicy", &b.verification_policy_digest);
+    add("signerEvidence", &b.signer_evidence_digest);
+    out
+}
+
+/// Which plan of the resource the verb shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    /// The plan `status.plan` names.
+    Current,
+    /// The plan the last confirmed Apply (schema) or run (migration) carried out.
+    Applied,
+}
+
+/// The name (and, where recorded, UID) of the plan `which` picks.
+pub fn plan_name(r: &Resource, which: Which) -> Result<(String, Option<String>), Failure> {
+    let who = r.cli_name();
+    match (r, which) {
+        (_, Which::Current) => r.plan_ref().map(|(n, u, _)| (n, Some(u))).ok_or_else(|| {
+            Failure::not_found(format!(
+                "{who} has no plan: {}",
+                match r.phase().as_deref() {
+                    Some("InSync") => "the database matches its source".to_string(),
+                    Some(p) => format!("it is {p}"),
+                    None => "the manager has not read it yet".to_string(),
+                }
+            ))
+        }),
+        (Resource::Schema(s), Which::Applied) => s
+            .status
+            .as_ref()
+            .and_then(|st| st.applied.as_ref())
+            .map(|a| (a.plan_name.clone(), Some(a.plan_uid.clone())))
+            .ok_or_else(|| {
+                Failure::not_found(format!(
+                    "{who} records no confirmed Apply (status.applied is empty)"
+                ))
+            }),
+        (Resource::Migration(m), Which::Applied) => m
+            .status
+            .as_ref()
+            .and_then(|st| st.last_run.as_ref())
+            .and_then(|run| run.plan_name.clone().map(|n| (n, run.plan_uid.clone())))
+            .ok_or_else(|| {
+                Failure::not_found(format!(
+                    "{who} records no run of a plan (status.lastRun is empty)"
+                ))
+            }),
+    }
+}
+
+/// Reads and checks the plan `which` picks.
+pub async fn read(client: &Client, r: &Resource, which: Which) -> Result<PlanView, Failure> {
+    let ns = r.namespace();
+    let (name, uid) = plan_name(r, which)?;
+    let gone = || {
+        Failure::not_found(format!(
+            "plan {name} that {} names is no longer stored in namespace {ns}",
+            r.cli_name()
+        ))
+    };
+    match r {
+        Resource::Schema(_) => {
+            let plan = Api::<PtahSchemaPlan>::namespaced(client.clone(), &ns)
+                .get_opt(&name)
+                .await
+                .map_err(|e| Failure::api(format!("reading PtahSchemaPlan {ns}/{name}"), e))?
+                .ok_or_else(gone)?;
+            if uid
+                .as_ref()
+                .is_some_and(|u| plan.metadata.uid.as_ref() != Some(u))
+            {
+                return Err(gone());
+            }
+            let bytes =
+                operator::execution::plan::read_back(client, &ns, &name, &plan.spec.content_digest)
+                    .await
+                    .map_err(|e| {
+                        Failure::error(format!(
+                            "reading the bytes of PtahSchemaPlan {ns}/{name}: {e}"
+                        ))
+                    })?;
+            Ok(schema_view(r, &plan, &bytes))
+        }
+        Resource::Migration(_) => {
+            let plan = Api::<PtahMigrationPlan>::namespaced(client.clone(), &ns)
+                .get_opt(&name)
+                .await
+                .map_err(|e| Failure::api(format!("reading PtahMigrationPlan {ns}/{name}"), e))?
+                .ok_or_else(gone)?;
+            if uid
+                .as_ref()
+                .is_some_and(|u| plan.metadata.uid.as_ref() != Some(u))
+            {
+                return Err(gone());
+            }
+            Ok(migration_view(r, &plan))
+        }
+    }
+}
+
+/// A schema plan's view from its object and verified bytes.
+pub fn schema_view(r: &Resource, plan: &PtahSchemaPlan, bytes: &[u8]) -> PlanView {
+    let spec = &plan.spec;
+    let mut findings = Vec::new();
+    findings.push(if spec.destructive {
+        "destructive: yes (it drops or narrows what exists)".to_string()
+    } else {
+        "destructive: no".to_string()
+    });
+    if spec.privilege_changes.is_empty() {
+        findings.push("privilege changes: none".to_string());
+    } else {
+        let kinds: Vec<String> = spec.privilege_changes.iter().map(spelled).collect();
+        findings.push(format!("privilege changes: {}", kinds.join(", ")));
+    }
+    if let Resource::Schema(s) = r
+        && let Some(t) = s.status.as_ref().and_then(|st| st.target.as_ref())
+    {
+        for f in &t.drift_findings {
+            findings.push(format!(
+                "drift: {} × {} ({})",
+                spelled(&f.category),
+                f.count,
+                spelled(&f.severity)
+            ));
+        }
+    }
+    let statements = match serde_json::from_slice::<PlanDocument>(bytes) {
+        Ok(doc) => doc
+            .statements
+            .into_iter()
+            .map(|s| Statement {
+                sql: s.sql,
+                severity: s.severity,
+            })
+            .collect(),
+        // A document this plugin does not know: show the bytes as they are.
+        Err(_) => vec![Statement {
+            sql: String::from_utf8_lossy(bytes).into_owned(),
+            severity: "unparsed".to_string(),
+        }],
+    };
+    PlanView {
+        kind: "PtahSchemaPlan",
+        name: plan.metadata.name.clone().unwrap_or_default(),
+        uid: plan.metadata.uid.clone().unwrap_or_default(),
+        fingerprint: spec.fingerprint.clone(),
+        resource: format!("PtahSchema {}/{}", r.namespace(), spec.schema_ref.name),
+        created_at: plan.metadata.creation_timestamp.as_ref().map(when),
+        identity: vec![
+            (
+                "content".into(),
+                format!("{} ({} bytes)", spec.content_digest, spec.size),
+            ),
+            ("statements".into(), spec.statement_count.to_string()),
+            ("dialect".into(), spec.dialect.clone()),
+            ("target".into(), spec.target_identity_digest.clone()),
+            ("from state".into(), spec.actual_state_fingerprint.clone()),
+            ("to state".into(), spec.desired_state_fingerprint.clone()),
+            ("policy".into(), spec.policy_fingerprint.clone()),
+            (
+                "execution".into(),
+                format!(
+                    "{} (Ptah {})",
+                    spec.execution_binding.epoch, spec.execution_binding.ptah_version
+                ),
+            ),
+        ],
+        findings,
+        source: source_lines(&spec.source),
+        statements,
+        versions: vec![],
+    }
+}
+
+/// A migration plan's view from its object.
+pub fn migration_view(r: &Resource, plan: &PtahMigrationPlan) -> PlanView {
+    let spec = &plan.spec;
+    let checkpoints = spec.migrations.iter().filter(|m| m.checkpoint).count();
+    let mut findings = vec![format!(
+        "{} version(s) after version {}",
+        spec.migrations.len(),
+        spec.current_version
+    )];
+    if checkpoints > 0 {
+        findings.push(format!("{checkpoints} checkpoint(s)"));
+    }
+    if let Some(mode) = &spec.transaction_mode {
+        findings.push(format!("transaction mode: {}", spelled(mode)));
+    }
+    PlanView {
+        kind: "PtahMigrationPlan",
+        name: plan.metadata.name.clone().unwrap_or_default(),
+        uid: plan.metadata.uid.clone().unwrap_or_default(),
+        fingerprint: spec.fingerprint.clone(),
+        resource: format!(
+            "PtahMigration {}/{}",
+            r.namespace(),
+            spec.migration_ref.name
+        ),
+        created_at: plan.metadata.creation_timestamp.as_ref().map(when),
+        identity: vec![
+            ("history".into(), spec.history_fingerprint.clone()),
+            ("target".into(), spec.target_identity_digest.clone()),
+            ("policy".into(), spec.policy_fingerprint.clone()),
+            (
+                "execution".into(),
+                format!(
+                    "{} (Ptah {})",
+                    spec.execution_binding.epoch, spec.execution_binding.ptah_version
+                ),
+            ),
+        ],
+        findings,
+        source: source_lines(&spec.source),
+        statements: vec![],
+        versions: spec
+            .migrations
+            .iter()
+            .map(|m| Version {
+                version: m.version,
+                description: m.description.clone(),
+                checksum: m.checksum.clone(),
+                checkpoint: m.checkpoint,
+            })
+            .collect(),
+    }
+}
+
+/// The plan as a terminal shows it.
+pub fn render(p: &PlanView) -> String {
+    let mut out = format!("{} {} of {}\n", p.kind, p.name, p.resource);
+    let mut line = |k: &str, v: &str| out.push_str(&format!("  {k:<13} {v}\n"));
+    line("uid", &p.uid);
+    line("fingerprint", &p.fingerprint);
+    if let Some(at) = &p.created_at {
+        line("published", at);
+    }
+    for (k, v) in &p.identity {
+        line(k, v);
+    }
+    out.push_str("Findings:\n");
+    for f in &p.findings {
+        out.push_str(&format!("  {f}\n"));
+    }
+    out.push_str("Source binding:\n");
+    for (k, v) in &p.source {
+        out.push_str(&format!("  {k:<19} {v}\n"));
+    }
+    if !p.statements.is_empty() {
+        out.push_str("SQL:\n");
+        for (i, s) in p.statements.iter().enumerate() {
+            out.push_str(&format!(
+                "-- {} ({})\n{}\n",
+                i + 1,
+                s.severity,
+                s.sql.trim_end()
+            ));
+        }
+    }
+    if !p.versions.is_empty() {
+        let header = ["VERSION", "DESCRIPTION", "CHECKPOINT", "CHECKSUM"].map(String::from);
+        let rows: Vec<[String; 4]> = p
+            .versions
+            .iter()
+            .map(|v| {
+                [
+                    v.version.to_string(),
+                    v.description.clone().unwrap_or_else(|| "-".into()),
+                    if v.checkpoint { "yes" } else { "no" }.into(),
+                    v.checksum.clone(),
+                ]
+            })
+            .collect();
+        out.push_str(&crate::output::table(&header, &rows));
+    }
+    out
+}
