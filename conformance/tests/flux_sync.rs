@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::Secret;
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
@@ -35,11 +34,10 @@ use conformance::harness::Harness;
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::git::endpoints;
 use conformance::testkit::namespace::TestNamespace;
-use conformance::testkit::operator::{Operator, create_admitted};
+use conformance::testkit::operator::{Operator, approve_schema};
 use conformance::testkit::plugin::Plugin;
 use conformance::testkit::wait::Patience;
 use operator::admission::webhook_configurations;
-use operator::api::PtahSchemaApproval;
 use operator::api::condition::{ConditionStatus, Reason, SchemaConditionType, SchemaPhase};
 use operator::api::schema::PtahSchema;
 
@@ -215,30 +213,6 @@ async fn fetch_now(git: &Api<DynamicObject>) -> anyhow::Result<()> {
         &Patch::Merge(
             json!({"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": at}}}),
         ),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Approves the plan `s` awaits, as `kubectl ptah approve` would.
-async fn approve(ns: &TestNamespace, s: &PtahSchema, name: &str) -> anyhow::Result<()> {
-    let plan = s
-        .status
-        .as_ref()
-        .and_then(|st| st.plan.clone())
-        .context("status.plan")?;
-    create_admitted::<PtahSchemaApproval>(
-        ns,
-        json!({
-            "apiVersion": "operator.ptah.run/v1alpha1",
-            "kind": "PtahSchemaApproval",
-            "metadata": {"name": name},
-            "spec": {
-                "schemaRef": {"name": s.name_any(), "uid": s.uid().unwrap_or_default()},
-                "planRef": {"name": plan.name, "uid": plan.uid},
-                "planFingerprint": plan.fingerprint,
-            }
-        }),
     )
     .await?;
     Ok(())
@@ -455,7 +429,7 @@ async fn flux_health_checks_follow_the_schema() -> anyhow::Result<()> {
     );
 
     // Approved: InSync, and only then the Kustomization is Ready.
-    approve(&ns, &s, "orders-1").await?;
+    approve_schema(&ns, &s, "orders-1").await?;
     let k = until_flux(
         &kustomizations,
         "orders",
@@ -533,7 +507,7 @@ async fn flux_health_checks_follow_the_schema() -> anyhow::Result<()> {
         .await?;
     let k = get(&kustomizations, "orders").await?;
     assert!(!ready_at(&k, &third), "Ready before the second approval");
-    approve(&ns, &s, "orders-3").await?;
+    approve_schema(&ns, &s, "orders-3").await?;
     let k = until_flux(&kustomizations, "orders", "Ready at the fix", |k| {
         ready_at(k, &third)
     })

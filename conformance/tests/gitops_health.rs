@@ -1,6 +1,6 @@
 //! Argo CD's reading of PtahSchema and PtahMigration, by Argo CD's own Lua
 //! health engine (`argocd-health`, built from `util/lua` at the pinned
-//! version) running the scripts we ship in `gitops/argocd/` over objects
+//! version) running the script we ship in `gitops/argocd/` over objects
 //! exactly as the API server returns them, taken from the harness in each
 //! phase a real manager drives them to on PostgreSQL.
 //!
@@ -12,7 +12,7 @@
 //!   dirty row), `Failed` (its source ConfigMap gone) and `Suspended`.
 //! * Written by hand, as no harness run holds it still: a status older than
 //!   `metadata.generation` reads `Progressing` whatever its phase.
-//! * The `argocd-cm` of `docs/gitops.md` holds the two scripts as shipped.
+//! * The `argocd-cm` of `docs/gitops.md` holds the script as shipped, under both keys.
 //!
 //! Each table below is the documented phase → health reading
 //! (`docs/gitops.md`); every row must be taken, and the phase of each object
@@ -30,18 +30,18 @@ use conformance::harness::Harness;
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
 use conformance::testkit::namespace::TestNamespace;
-use conformance::testkit::operator::{Operator, PATIENCE, create_admitted};
+use conformance::testkit::operator::{Operator, PATIENCE, approve_schema, create_admitted};
 use conformance::testkit::relay::Relay;
 use conformance::tools;
 use k8s_openapi::api::core::v1::ConfigMap;
 use operator::admission::webhook_configurations;
+use operator::api::PtahMigrationApproval;
 use operator::api::condition::{
     ConditionStatus, MigrationConditionType, MigrationPhase, Reason, SchemaConditionType,
     SchemaPhase,
 };
 use operator::api::migration::PtahMigration;
 use operator::api::schema::PtahSchema;
-use operator::api::{PtahMigrationApproval, PtahSchemaApproval};
 
 async fn harness() -> &'static Harness {
     conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await
@@ -81,8 +81,8 @@ const MIGRATION_READINGS: &[Row] = &[
     ("suspended",          Some("Suspended"),        "Suspended",   "spec.suspend"),
 ];
 
-const SCHEMA_SCRIPT: &str = "gitops/argocd/ptahschema-health.lua";
-const MIGRATION_SCRIPT: &str = "gitops/argocd/ptahmigration-health.lua";
+/// The one script, registered under the key of each kind.
+const SCRIPT: &str = "gitops/argocd/health.lua";
 
 /// What Argo CD's engine made of one object.
 #[derive(Debug, serde::Deserialize)]
@@ -262,36 +262,12 @@ fn schema_plan_uid(s: &PtahSchema) -> Option<String> {
         .map(|p| p.uid.clone())
 }
 
-/// Approves the plan `s` awaits, as a person would.
-async fn approve_schema(ns: &TestNamespace, s: &PtahSchema, name: &str) -> anyhow::Result<()> {
-    let plan = s
-        .status
-        .as_ref()
-        .and_then(|st| st.plan.clone())
-        .context("status.plan")?;
-    create_admitted::<PtahSchemaApproval>(
-        ns,
-        json!({
-            "apiVersion": "operator.ptah.run/v1alpha1",
-            "kind": "PtahSchemaApproval",
-            "metadata": {"name": name},
-            "spec": {
-                "schemaRef": {"name": s.name_any(), "uid": s.uid().unwrap_or_default()},
-                "planRef": {"name": plan.name, "uid": plan.uid},
-                "planFingerprint": plan.fingerprint,
-            }
-        }),
-    )
-    .await?;
-    Ok(())
-}
-
 /// [`executor::SCHEMA_SQL`] and a new column.
 const ORDERS_WITH_NOTE: &str = "CREATE TABLE orders (\n  id bigint PRIMARY KEY,\n  customer varchar(64) NOT NULL,\n  note varchar(32)\n);\n";
 
 #[tokio::test]
 async fn a_schema_reads_in_argo_cd_as_its_phase_says() -> anyhow::Result<()> {
-    let mut argo = Readings::of(SCHEMA_SCRIPT, SCHEMA_READINGS);
+    let mut argo = Readings::of(SCRIPT, SCHEMA_READINGS);
     let ns = TestNamespace::for_operator(harness().await, "gitops", "schema").await?;
     let db = TestDatabase::create(ns.harness(), Engine::Postgres, ns.name())?;
     // The Secret names a relay, so the test can take the database away.
@@ -412,7 +388,7 @@ fn generation_seen(m: &PtahMigration) -> bool {
 
 #[tokio::test]
 async fn a_migration_reads_in_argo_cd_as_its_phase_says() -> anyhow::Result<()> {
-    let mut argo = Readings::of(MIGRATION_SCRIPT, MIGRATION_READINGS);
+    let mut argo = Readings::of(SCRIPT, MIGRATION_READINGS);
     let ns = TestNamespace::for_operator(harness().await, "gitops", "migration").await?;
     let db = TestDatabase::create(ns.harness(), Engine::Postgres, ns.name())?;
     executor::migration_under(
@@ -546,10 +522,7 @@ fn hand_written(kind: &str, phase: &str, generation: i64, seen: i64) -> Value {
 /// observed reads as its phase.
 #[test]
 fn a_status_behind_the_spec_reads_progressing() -> anyhow::Result<()> {
-    for (script, kind) in [
-        (SCHEMA_SCRIPT, "PtahSchema"),
-        (MIGRATION_SCRIPT, "PtahMigration"),
-    ] {
+    for kind in ["PtahSchema", "PtahMigration"] {
         let behind = [
             hand_written(kind, "InSync", 3, 2),
             hand_written(kind, "Blocked", 3, 2),
@@ -558,7 +531,7 @@ fn a_status_behind_the_spec_reads_progressing() -> anyhow::Result<()> {
         let seen = hand_written(kind, "InSync", 3, 3);
         let mut objects: Vec<&Value> = behind.iter().collect();
         objects.push(&seen);
-        let read = argo_health(script, &objects)?;
+        let read = argo_health(SCRIPT, &objects)?;
         for (obj, r) in behind.iter().zip(&read) {
             assert_eq!(r.status, "Progressing", "{kind} {obj}: {r:?}");
             assert_eq!(
@@ -589,15 +562,12 @@ fn documented_script(doc: &str, key: &str) -> Option<String> {
 fn the_argocd_cm_of_the_docs_holds_the_tested_scripts() -> anyhow::Result<()> {
     let root = tools::workspace_root();
     let doc = std::fs::read_to_string(root.join("docs/gitops.md"))?;
-    for (script, kind) in [
-        (SCHEMA_SCRIPT, "PtahSchema"),
-        (MIGRATION_SCRIPT, "PtahMigration"),
-    ] {
+    let shipped = std::fs::read_to_string(root.join(SCRIPT))?;
+    for kind in ["PtahSchema", "PtahMigration"] {
         let key = format!("resource.customizations.health.operator.ptah.run_{kind}");
         let documented =
             documented_script(&doc, &key).with_context(|| format!("{key} in docs/gitops.md"))?;
-        let shipped = std::fs::read_to_string(root.join(script))?;
-        assert_eq!(documented, shipped.trim_end(), "{key} is not {script}");
+        assert_eq!(documented, shipped.trim_end(), "{key} is not {SCRIPT}");
     }
     Ok(())
 }

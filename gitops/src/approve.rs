@@ -5,9 +5,9 @@
 //! replacement. `--wait` follows the Apply and its proof to the verdict.
 
 use kube::api::{Api, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use operator::api::journal::JournalEntryType;
-use operator::api::{PtahMigrationApproval, PtahSchemaApproval};
 use serde_json::json;
 
 use crate::follow::{Step, ended};
@@ -85,36 +85,25 @@ pub async fn create(
     let ns = r.namespace();
     let value = approval_object(r, plan);
     let pp = PostParams::default();
-    let created = match r {
-        Resource::Schema(_) => {
-            let obj: PtahSchemaApproval =
-                serde_json::from_value(value).map_err(|e| Failure::error(e.to_string()))?;
-            Api::<PtahSchemaApproval>::namespaced(client.clone(), &ns)
-                .create(&pp, &obj)
-                .await
-                .map(|a| {
-                    (
-                        a.name_any(),
-                        a.uid().unwrap_or_default(),
-                        a.spec.approver.map(|i| i.username),
-                    )
-                })
-        }
-        Resource::Migration(_) => {
-            let obj: PtahMigrationApproval =
-                serde_json::from_value(value).map_err(|e| Failure::error(e.to_string()))?;
-            Api::<PtahMigrationApproval>::namespaced(client.clone(), &ns)
-                .create(&pp, &obj)
-                .await
-                .map(|a| {
-                    (
-                        a.name_any(),
-                        a.uid().unwrap_or_default(),
-                        a.spec.approver.map(|i| i.username),
-                    )
-                })
-        }
+    let plural = match r {
+        Resource::Schema(_) => "ptahschemaapprovals",
+        Resource::Migration(_) => "ptahmigrationapprovals",
     };
+    let kind = value["kind"].as_str().unwrap_or_default().to_string();
+    let gvk = GroupVersionKind::gvk(operator::api::GROUP, operator::api::VERSION, &kind);
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::from_gvk_with_plural(&gvk, plural),
+    );
+    let obj: DynamicObject =
+        serde_json::from_value(value).map_err(|e| Failure::error(e.to_string()))?;
+    let created = api.create(&pp, &obj).await.map(|a| {
+        let approver = a.data["spec"]["approver"]["username"]
+            .as_str()
+            .map(String::from);
+        (a.name_any(), a.uid().unwrap_or_default(), approver)
+    });
     match created {
         Ok((name, uid, approver)) => Ok((
             name,
@@ -193,18 +182,7 @@ mod tests {
             status["plan"] =
                 json!({"name": name, "uid": uid, "fingerprint": format!("sha256:{uid}")});
         }
-        let obj = json!({
-            "apiVersion": "operator.ptah.run/v1alpha1",
-            "kind": "PtahSchema",
-            "metadata": {"name": "orders", "namespace": "app", "generation": 1, "uid": "s1"},
-            "spec": {
-                "target": {"engine": "postgres", "urlFrom": {"name": "db", "key": "url"}},
-                "source": {"configMap": {"name": "orders-schema"}},
-                "interval": "5m",
-            },
-            "status": status,
-        });
-        Resource::Schema(Box::new(serde_json::from_value(obj).expect("a PtahSchema")))
+        crate::fixtures::resource(crate::resource::Kind::Schema, 1, status)
     }
 
     #[test]

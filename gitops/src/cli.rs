@@ -340,32 +340,14 @@ async fn show_or_list(
         let r = get(client, ns, &target).await?;
         return output::print(g.output, &stages::overview(&r), stages::render);
     }
+    let scope = (!show.all_namespaces).then_some(ns);
     let list = match kind {
-        Kind::Schema => {
-            let api: Api<PtahSchema> = if show.all_namespaces {
-                Api::all(client.clone())
-            } else {
-                Api::namespaced(client.clone(), ns)
-            };
-            api.list(&Default::default()).await.map(|l| {
-                l.items
-                    .into_iter()
-                    .map(|s| Resource::Schema(Box::new(s)))
-                    .collect::<Vec<_>>()
-            })
-        }
+        Kind::Schema => list_of(client, scope, |s: PtahSchema| Resource::Schema(Box::new(s))).await,
         Kind::Migration => {
-            let api: Api<PtahMigration> = if show.all_namespaces {
-                Api::all(client.clone())
-            } else {
-                Api::namespaced(client.clone(), ns)
-            };
-            api.list(&Default::default()).await.map(|l| {
-                l.items
-                    .into_iter()
-                    .map(|m| Resource::Migration(Box::new(m)))
-                    .collect::<Vec<_>>()
+            list_of(client, scope, |m: PtahMigration| {
+                Resource::Migration(Box::new(m))
             })
+            .await
         }
     }
     .map_err(|e| Failure::api(format!("listing {}s", kind.api_kind()), e))?;
@@ -391,4 +373,30 @@ async fn show_or_list(
             .collect();
         output::table(&header, &rows)
     })
+}
+
+/// Every `K` in `namespace` (all namespaces when `None`), as resources.
+async fn list_of<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    wrap: fn(K) -> Resource,
+) -> Result<Vec<Resource>, kube::Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    Ok(api
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .map(wrap)
+        .collect())
 }

@@ -190,25 +190,15 @@ mod tests {
     use super::*;
 
     fn schema(generation: i64, observed: i64, phase: &str, reason: &str) -> Resource {
-        let obj = serde_json::json!({
-            "apiVersion": "operator.ptah.run/v1alpha1",
-            "kind": "PtahSchema",
-            "metadata": {"name": "orders", "namespace": "app", "generation": generation},
-            "spec": {
-                "target": {"engine": "postgres", "urlFrom": {"name": "db", "key": "url"}},
-                "source": {"configMap": {"name": "orders-schema"}},
-                "interval": "5m",
-            },
-            "status": {
-                "observedGeneration": observed,
-                "phase": phase,
-                "conditions": [{
-                    "type": "Ready", "status": "False", "reason": reason,
-                    "message": "plan p drops table t", "lastTransitionTime": "2026-12-01T00:00:00Z",
-                }],
-            },
+        let status = serde_json::json!({
+            "observedGeneration": observed,
+            "phase": phase,
+            "conditions": [{
+                "type": "Ready", "status": "False", "reason": reason,
+                "message": "plan p drops table t", "lastTransitionTime": "2026-12-01T00:00:00Z",
+            }],
         });
-        Resource::Schema(Box::new(serde_json::from_value(obj).expect("a PtahSchema")))
+        crate::fixtures::resource(Kind::Schema, generation, status)
     }
 
     #[test]

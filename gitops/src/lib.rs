@@ -69,8 +69,48 @@ impl Failure {
     pub fn api(what: impl std::fmt::Display, e: kube::Error) -> Self {
         let detail = match &e {
             kube::Error::Api(status) => status.message.clone(),
+            // A manager newer than this plugin may write a reason or field
+            // it does not know.
+            kube::Error::SerdeError(err) => format!(
+                "the object does not read as this plugin's API (kubectl-ptah {}): {err}; \
+                 use the plugin of the manager's version",
+                env!("CARGO_PKG_VERSION")
+            ),
             other => other.to_string(),
         };
         Failure::error(format!("{what}: {detail}"))
+    }
+}
+
+/// Objects as the API server returns them, for the verbs' unit tests.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use crate::resource::{Kind, Resource};
+
+    /// `app/orders` of `kind`, at `generation`, UID `s1`, with `status`.
+    pub fn resource(kind: Kind, generation: i64, status: serde_json::Value) -> Resource {
+        let source = match kind {
+            Kind::Schema => "orders-schema",
+            Kind::Migration => "orders-migrations",
+        };
+        let obj = serde_json::json!({
+            "apiVersion": "operator.ptah.run/v1alpha1",
+            "kind": kind.api_kind(),
+            "metadata": {"name": "orders", "namespace": "app", "generation": generation, "uid": "s1"},
+            "spec": {
+                "target": {"engine": "postgres", "urlFrom": {"name": "db", "key": "url"}},
+                "source": {"configMap": {"name": source}},
+                "interval": "5m",
+            },
+            "status": status,
+        });
+        match kind {
+            Kind::Schema => {
+                Resource::Schema(Box::new(serde_json::from_value(obj).expect("a PtahSchema")))
+            }
+            Kind::Migration => Resource::Migration(Box::new(
+                serde_json::from_value(obj).expect("a PtahMigration"),
+            )),
+        }
     }
 }

@@ -119,6 +119,34 @@ pub fn plan_name(r: &Resource, which: Which) -> Result<(String, Option<String>),
     }
 }
 
+/// The stored plan `name` of kind `K`, refused as gone when it is missing or
+/// is another object under that name (its UID is not `uid`).
+async fn stored<K>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    uid: Option<&str>,
+    gone: impl Fn() -> Failure,
+) -> Result<K, Failure>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let plan = Api::<K>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| Failure::api(format!("reading {kind} {ns}/{name}"), e))?
+        .ok_or_else(&gone)?;
+    if uid.is_some_and(|u| plan.meta().uid.as_deref() != Some(u)) {
+        return Err(gone());
+    }
+    Ok(plan)
+}
+
 /// Reads and checks the plan `which` picks.
 pub async fn read(client: &Client, r: &Resource, which: Which) -> Result<PlanView, Failure> {
     let ns = r.namespace();
@@ -131,17 +159,7 @@ pub async fn read(client: &Client, r: &Resource, which: Which) -> Result<PlanVie
     };
     match r {
         Resource::Schema(_) => {
-            let plan = Api::<PtahSchemaPlan>::namespaced(client.clone(), &ns)
-                .get_opt(&name)
-                .await
-                .map_err(|e| Failure::api(format!("reading PtahSchemaPlan {ns}/{name}"), e))?
-                .ok_or_else(gone)?;
-            if uid
-                .as_ref()
-                .is_some_and(|u| plan.metadata.uid.as_ref() != Some(u))
-            {
-                return Err(gone());
-            }
+            let plan: PtahSchemaPlan = stored(client, &ns, &name, uid.as_deref(), gone).await?;
             let bytes =
                 operator::execution::plan::read_back(client, &ns, &name, &plan.spec.content_digest)
                     .await
@@ -153,20 +171,18 @@ pub async fn read(client: &Client, r: &Resource, which: Which) -> Result<PlanVie
             Ok(schema_view(r, &plan, &bytes))
         }
         Resource::Migration(_) => {
-            let plan = Api::<PtahMigrationPlan>::namespaced(client.clone(), &ns)
-                .get_opt(&name)
-                .await
-                .map_err(|e| Failure::api(format!("reading PtahMigrationPlan {ns}/{name}"), e))?
-                .ok_or_else(gone)?;
-            if uid
-                .as_ref()
-                .is_some_and(|u| plan.metadata.uid.as_ref() != Some(u))
-            {
-                return Err(gone());
-            }
+            let plan: PtahMigrationPlan = stored(client, &ns, &name, uid.as_deref(), gone).await?;
             Ok(migration_view(r, &plan))
         }
     }
+}
+
+/// The execution components a plan is bound to, in one line.
+fn execution(b: &operator::api::status::ExecutionBinding) -> (String, String) {
+    (
+        "execution".into(),
+        format!("{} (Ptah {})", b.epoch, b.ptah_version),
+    )
 }
 
 /// A schema plan's view from its object and verified bytes.
@@ -187,14 +203,7 @@ pub fn schema_view(r: &Resource, plan: &PtahSchemaPlan, bytes: &[u8]) -> PlanVie
     if let Resource::Schema(s) = r
         && let Some(t) = s.status.as_ref().and_then(|st| st.target.as_ref())
     {
-        for f in &t.drift_findings {
-            findings.push(format!(
-                "drift: {} × {} ({})",
-                spelled(&f.category),
-                f.count,
-                spelled(&f.severity)
-            ));
-        }
+        findings.extend(t.drift_findings.iter().map(crate::stages::drift));
     }
     let statements = match serde_json::from_slice::<PlanDocument>(bytes) {
         Ok(doc) => doc
@@ -229,13 +238,7 @@ pub fn schema_view(r: &Resource, plan: &PtahSchemaPlan, bytes: &[u8]) -> PlanVie
             ("from state".into(), spec.actual_state_fingerprint.clone()),
             ("to state".into(), spec.desired_state_fingerprint.clone()),
             ("policy".into(), spec.policy_fingerprint.clone()),
-            (
-                "execution".into(),
-                format!(
-                    "{} (Ptah {})",
-                    spec.execution_binding.epoch, spec.execution_binding.ptah_version
-                ),
-            ),
+            execution(&spec.execution_binding),
         ],
         findings,
         source: source_lines(&spec.source),
@@ -274,13 +277,7 @@ pub fn migration_view(r: &Resource, plan: &PtahMigrationPlan) -> PlanView {
             ("history".into(), spec.history_fingerprint.clone()),
             ("target".into(), spec.target_identity_digest.clone()),
             ("policy".into(), spec.policy_fingerprint.clone()),
-            (
-                "execution".into(),
-                format!(
-                    "{} (Ptah {})",
-                    spec.execution_binding.epoch, spec.execution_binding.ptah_version
-                ),
-            ),
+            execution(&spec.execution_binding),
         ],
         findings,
         source: source_lines(&spec.source),

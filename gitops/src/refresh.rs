@@ -8,10 +8,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use operator::api::annotations::READ_REQUESTED_AT;
 use operator::api::status::OperationType;
-use operator::api::{PtahMigration, PtahSchema};
 use operator::lifecycle::read_request::parse_rfc3339;
 use serde_json::json;
 
@@ -47,19 +46,8 @@ pub fn spelled(t: Timestamp) -> String {
 
 /// Writes the annotation.
 pub async fn write(client: &Client, r: &Resource, value: &str) -> Result<(), Failure> {
-    let ns = r.namespace();
     let patch = Patch::Merge(json!({"metadata": {"annotations": {READ_REQUESTED_AT: value}}}));
-    let pp = PatchParams::default();
-    let res = match r {
-        Resource::Schema(_) => Api::<PtahSchema>::namespaced(client.clone(), &ns)
-            .patch(&r.name(), &pp, &patch)
-            .await
-            .map(drop),
-        Resource::Migration(_) => Api::<PtahMigration>::namespaced(client.clone(), &ns)
-            .patch(&r.name(), &pp, &patch)
-            .await
-            .map(drop),
-    };
+    let res = r.patch(client, &PatchParams::default(), &patch).await;
     res.map_err(|e| {
         Failure::api(
             format!("writing {READ_REQUESTED_AT} on {}", r.cli_name()),
@@ -175,19 +163,7 @@ mod tests {
                 "attempt": 1, "startedAt": read_at,
             });
         }
-        let obj = serde_json::json!({
-            "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahMigration",
-            "metadata": {"name": "orders", "namespace": "app", "generation": 1},
-            "spec": {
-                "target": {"engine": "postgres", "urlFrom": {"name": "db", "key": "url"}},
-                "source": {"configMap": {"name": "orders-migrations"}},
-                "interval": "5m",
-            },
-            "status": status,
-        });
-        Resource::Migration(Box::new(
-            serde_json::from_value(obj).expect("a PtahMigration"),
-        ))
+        crate::fixtures::resource(crate::resource::Kind::Migration, 1, status)
     }
 
     #[test]

@@ -329,6 +329,27 @@ impl Resource {
         self.meta().annotations.clone().unwrap_or_default()
     }
 
+    /// Patches the object's main resource (the spec or metadata a person
+    /// may write; never status).
+    pub async fn patch(
+        &self,
+        client: &Client,
+        pp: &kube::api::PatchParams,
+        patch: &kube::api::Patch<serde_json::Value>,
+    ) -> Result<(), kube::Error> {
+        let (ns, name) = (self.namespace(), self.name());
+        match self {
+            Resource::Schema(_) => Api::<PtahSchema>::namespaced(client.clone(), &ns)
+                .patch(&name, pp, patch)
+                .await
+                .map(drop),
+            Resource::Migration(_) => Api::<PtahMigration>::namespaced(client.clone(), &ns)
+                .patch(&name, pp, patch)
+                .await
+                .map(drop),
+        }
+    }
+
     /// The whole object as JSON.
     pub fn to_json(&self) -> serde_json::Value {
         match self {

@@ -8,8 +8,7 @@ use std::str::FromStr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
-use operator::api::{PtahMigration, PtahSchema};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use supplychain::oci::OciReference;
 
@@ -118,18 +117,7 @@ pub fn patch(r: &Resource, new: &str) -> serde_json::Value {
 pub async fn apply(client: &Client, r: &Resource, new: &str, dry_run: bool) -> Result<(), Failure> {
     let mut pp = PatchParams::apply(FIELD_MANAGER).force();
     pp.dry_run = dry_run;
-    let ns = r.namespace();
-    let body = Patch::Apply(patch(r, new));
-    let res = match r {
-        Resource::Schema(_) => Api::<PtahSchema>::namespaced(client.clone(), &ns)
-            .patch(&r.name(), &pp, &body)
-            .await
-            .map(drop),
-        Resource::Migration(_) => Api::<PtahMigration>::namespaced(client.clone(), &ns)
-            .patch(&r.name(), &pp, &body)
-            .await
-            .map(drop),
-    };
+    let res = r.patch(client, &pp, &Patch::Apply(patch(r, new))).await;
     res.map_err(|e| {
         Failure::api(
             format!("setting spec.source.oci.ociRef of {}", r.cli_name()),

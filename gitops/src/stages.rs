@@ -135,6 +135,40 @@ fn operation_detail(op: &operator::api::status::ActiveOperation) -> Vec<String> 
     d
 }
 
+/// The Decision stage where no approval was consumed: `apply` and whether
+/// the plan (if any) asked for a person.
+fn decision(apply: ApplyPolicy, approval_required: Option<bool>, carried_out: &str) -> Stage {
+    let policy = spelled(&apply);
+    let state = match approval_required {
+        None => format!("nothing to decide (apply: {policy})"),
+        Some(_) if apply == ApplyPolicy::Never => {
+            format!("apply: Never: the plan is recorded and not {carried_out}")
+        }
+        Some(true) => format!("waits for a person's approval of this exact plan (apply: {policy})"),
+        Some(false) => format!("no approval needed (apply: {policy})"),
+    };
+    stage("Decision", state, vec![])
+}
+
+/// The Execution stage while an operation runs.
+fn running(op: &operator::api::status::ActiveOperation) -> Stage {
+    stage(
+        "Execution",
+        format!("{} running", spelled(&op.type_)),
+        operation_detail(op),
+    )
+}
+
+/// One drift finding, in one line.
+pub fn drift(f: &operator::api::schema::DriftFinding) -> String {
+    format!(
+        "drift: {} × {} ({})",
+        spelled(&f.category),
+        f.count,
+        spelled(&f.severity)
+    )
+}
+
 /// `sha256:0123456789ab…`: enough to tell digests apart on a terminal.
 pub fn short(digest: &str) -> String {
     let cut = digest.find(':').map_or(0, |i| i + 1) + 12;
@@ -178,54 +212,33 @@ fn schema_stages(s: &PtahSchema) -> Vec<Stage> {
         }
     });
     // Decision
-    let policy = spelled(&s.spec.policy.apply);
-    out.push(match st.plan.as_ref() {
-        Some(p) => match &p.approval {
-            Some(a) => {
-                let who = a
-                    .approver
-                    .as_ref()
-                    .map_or("?".to_string(), |i| i.username.clone());
-                let at = a
-                    .approved_at
-                    .as_ref()
-                    .map(|t| format!(" at {}", when(t)))
-                    .unwrap_or_default();
-                stage(
-                    "Decision",
-                    format!("approved by {who}{at}"),
-                    vec![format!("approval {} (UID {})", a.name, a.uid)],
-                )
-            }
-            None if s.spec.policy.apply == ApplyPolicy::Never => stage(
+    let approved = st.plan.as_ref().and_then(|p| p.approval.as_ref());
+    out.push(match approved {
+        Some(a) => {
+            let who = a
+                .approver
+                .as_ref()
+                .map_or("?".to_string(), |i| i.username.clone());
+            let at = a
+                .approved_at
+                .as_ref()
+                .map(|t| format!(" at {}", when(t)))
+                .unwrap_or_default();
+            stage(
                 "Decision",
-                "apply: Never: the plan is recorded and not applied",
-                vec![],
-            ),
-            None if p.approval_required => stage(
-                "Decision",
-                format!("waits for a person's approval of this exact plan (apply: {policy})"),
-                vec![],
-            ),
-            None => stage(
-                "Decision",
-                format!("no approval needed (apply: {policy})"),
-                vec![],
-            ),
-        },
-        None => stage(
-            "Decision",
-            format!("nothing to decide (apply: {policy})"),
-            vec![],
+                format!("approved by {who}{at}"),
+                vec![format!("approval {} (UID {})", a.name, a.uid)],
+            )
+        }
+        None => decision(
+            s.spec.policy.apply,
+            st.plan.as_ref().map(|p| p.approval_required),
+            "applied",
         ),
     });
     // Execution
     out.push(match (&st.active_operation, &st.applied) {
-        (Some(op), _) => stage(
-            "Execution",
-            format!("{} running", spelled(&op.type_)),
-            operation_detail(op),
-        ),
+        (Some(op), _) => running(op),
         (None, Some(a)) => {
             let by = match &a.approval {
                 Some(ap) => format!(
@@ -261,14 +274,7 @@ fn schema_stages(s: &PtahSchema) -> Vec<Stage> {
         if let Some(at) = &t.last_observed_at {
             detail.push(format!("database read at {}", when(at)));
         }
-        for f in &t.drift_findings {
-            detail.push(format!(
-                "drift: {} × {} ({})",
-                spelled(&f.category),
-                f.count,
-                spelled(&f.severity)
-            ));
-        }
+        detail.extend(t.drift_findings.iter().map(drift));
     }
     if let Some(p) = &st.pending_observation {
         detail.push(format!(
@@ -304,35 +310,13 @@ fn migration_stages(m: &PtahMigration) -> Vec<Stage> {
         }
         None => stage("Plan", "no plan: nothing pending", vec![]),
     });
-    let policy = spelled(&m.spec.policy.apply);
-    out.push(match &st.plan {
-        Some(_) if m.spec.policy.apply == ApplyPolicy::Never => stage(
-            "Decision",
-            "apply: Never: the plan is recorded and not run",
-            vec![],
-        ),
-        Some(p) if p.approval_required => stage(
-            "Decision",
-            format!("waits for a person's approval of this exact plan (apply: {policy})"),
-            vec![],
-        ),
-        Some(_) => stage(
-            "Decision",
-            format!("no approval needed (apply: {policy})"),
-            vec![],
-        ),
-        None => stage(
-            "Decision",
-            format!("nothing to decide (apply: {policy})"),
-            vec![],
-        ),
-    });
+    out.push(decision(
+        m.spec.policy.apply,
+        st.plan.as_ref().map(|p| p.approval_required),
+        "run",
+    ));
     out.push(match (&st.active_operation, &st.last_run) {
-        (Some(op), _) => stage(
-            "Execution",
-            format!("{} running", spelled(&op.type_)),
-            operation_detail(op),
-        ),
+        (Some(op), _) => running(op),
         (None, Some(run)) => {
             let mut detail = Vec::new();
             if let Some(j) = &run.job_name {
@@ -571,18 +555,7 @@ mod tests {
     use super::*;
 
     fn schema(status: serde_json::Value) -> Resource {
-        let obj = serde_json::json!({
-            "apiVersion": "operator.ptah.run/v1alpha1",
-            "kind": "PtahSchema",
-            "metadata": {"name": "orders", "namespace": "app", "generation": 2, "uid": "u1"},
-            "spec": {
-                "target": {"engine": "postgres", "urlFrom": {"name": "db", "key": "url"}},
-                "source": {"configMap": {"name": "orders-schema"}},
-                "interval": "5m",
-            },
-            "status": status,
-        });
-        Resource::Schema(Box::new(serde_json::from_value(obj).expect("a PtahSchema")))
+        crate::fixtures::resource(crate::resource::Kind::Schema, 2, status)
     }
 
     #[test]

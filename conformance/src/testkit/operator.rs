@@ -120,3 +120,32 @@ where
         })
         .await
 }
+
+/// Approves the plan `s` awaits (`status.plan`, by UID and fingerprint) as
+/// the approval `name`, as a person would.
+pub async fn approve_schema(
+    ns: &TestNamespace,
+    s: &operator::api::PtahSchema,
+    name: &str,
+) -> anyhow::Result<operator::api::PtahSchemaApproval> {
+    use kube::ResourceExt;
+    let plan = s
+        .status
+        .as_ref()
+        .and_then(|st| st.plan.clone())
+        .context("status.plan")?;
+    create_admitted(
+        ns,
+        serde_json::json!({
+            "apiVersion": "operator.ptah.run/v1alpha1",
+            "kind": "PtahSchemaApproval",
+            "metadata": {"name": name},
+            "spec": {
+                "schemaRef": {"name": s.name_any(), "uid": s.uid().unwrap_or_default()},
+                "planRef": {"name": plan.name, "uid": plan.uid},
+                "planFingerprint": plan.fingerprint,
+            }
+        }),
+    )
+    .await
+}

@@ -1,8 +1,10 @@
--- Argo CD health of a PtahSchema (operator.ptah.run), for argocd-cm's
--- resource.customizations.health.operator.ptah.run_PtahSchema.
+-- Argo CD health of a PtahSchema or a PtahMigration (operator.ptah.run),
+-- for argocd-cm's resource.customizations.health.operator.ptah.run_PtahSchema
+-- and ..._PtahMigration (the same script under both keys).
 --
 --   InSync                    Healthy
 --   AwaitingApproval          Suspended   (a person approves the plan)
+--   Planning under Never      Suspended   (a migration's plan is published, never run)
 --   Suspended (spec.suspend)  Suspended
 --   Blocked, Failed           Degraded    (the message names the reason)
 --   anything else, no status  Progressing (ReadyToApply is an automatic step)
@@ -63,7 +65,8 @@ end
 if phase == "InSync" then
   hs.status = "Healthy"
   hs.message = said
-elseif phase == "AwaitingApproval" or phase == "Suspended" then
+elseif phase == "AwaitingApproval" or phase == "Suspended"
+    or (phase == "Planning" and reason == "ApplyDisabled") then
   hs.status = "Suspended"
   hs.message = said
 elseif phase == "Blocked" or phase == "Failed" then
