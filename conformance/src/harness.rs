@@ -589,8 +589,12 @@ impl Harness {
         ]
         .into_iter()
         .collect();
-        fs::write(self.images_file(), serde_json::to_string_pretty(&map)?)?;
-        Ok(())
+        // The process kubelet reads it while `up` runs again.
+        write_whole(
+            &self.images_file(),
+            &serde_json::to_string_pretty(&map)?,
+            0o644,
+        )
     }
 
     fn postgres(&self, ports: &Ports) -> anyhow::Result<ServiceSpec> {
@@ -831,8 +835,8 @@ impl Harness {
             "export PATH={}:\"$PATH\"\n",
             shell_quote(&bin.display().to_string())
         ));
-        fs::write(self.env_file(), out)?;
-        Ok(())
+        // Tests read it while another test process runs `up`.
+        write_whole(&self.env_file(), &out, 0o644)
     }
 
     /// Stops every recorded process, the kubelet first so it can end its
@@ -895,6 +899,12 @@ pub const BASE_IMAGE: &str = "docker.io/library/busybox:1.36";
 /// one, never a half-written one: the text goes to a temporary file in the
 /// same directory, renamed over the old.
 fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    write_whole(path, text, 0o600)
+}
+
+/// Writes `text` to `path` with `mode`, whole: readers see the old file or
+/// the new one. Unchanged text is not written again.
+fn write_whole(path: &Path, text: &str, mode: u32) -> anyhow::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
     if fs::read_to_string(path).is_ok_and(|old| old == text) {
@@ -902,7 +912,7 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     }
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.as_file()
-        .set_permissions(fs::Permissions::from_mode(0o600))?;
+        .set_permissions(fs::Permissions::from_mode(mode))?;
     tmp.write_all(text.as_bytes())?;
     tmp.persist(path)
         .map_err(|e| anyhow::anyhow!("writing {}: {}", path.display(), e.error))?;
