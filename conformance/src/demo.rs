@@ -346,6 +346,17 @@ async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()
         );
     }
 
+    step("the change, as its trace (kubectl ptah trace)");
+    match change_trace(harness, client).await {
+        Ok((text, picture)) => {
+            for line in text.lines() {
+                println!("  {line}");
+            }
+            println!("  picture: {}", picture.display());
+        }
+        Err(e) => println!("  (no trace to show: {e:#})"),
+    }
+
     step(&format!(
         "the table, as psql sees it in database {}",
         db.name
@@ -368,6 +379,41 @@ async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()
     wait_gone(&schemas, "orders").await?;
     drop(manager);
     Ok(())
+}
+
+/// The demo's change as `kubectl ptah trace` draws it, read from the
+/// harness's Jaeger once its root span arrived; its picture is written to
+/// `<state>/demo/change-path.svg`.
+async fn change_trace(
+    harness: &Harness,
+    client: &kube::Client,
+) -> anyhow::Result<(String, std::path::PathBuf)> {
+    use gitops::resource::Resource;
+    use gitops::trace;
+    let base = harness.traces_url()?;
+    let schemas: Api<operator::api::PtahSchema> = Api::namespaced(client.clone(), NAMESPACE);
+    let r = Resource::Schema(Box::new(schemas.get("orders").await?));
+    // Spans leave the manager in batches, every few seconds.
+    let mut last = None;
+    for _ in 0..40 {
+        match trace::fetch(&base, &r, 1).await {
+            Ok(found) if found.spans.iter().any(|s| s.operation_name == "change") => {
+                let view = trace::view(&r, &found);
+                let dir = harness.state.join("demo");
+                std::fs::create_dir_all(&dir)?;
+                let picture = dir.join("change-path.svg");
+                std::fs::write(&picture, trace::svg(&view))?;
+                return Ok((trace::render(&view), picture));
+            }
+            Ok(_) => {}
+            Err(e) => last = Some(e.message),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    bail!(
+        "the trace did not reach {base} within 20s{}",
+        last.map(|l| format!(": {l}")).unwrap_or_default()
+    )
 }
 
 /// The statements of a stored plan, read back from its chunks.

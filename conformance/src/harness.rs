@@ -56,6 +56,14 @@ pub struct Ports {
     /// Flux's kustomize-controller: metrics and health.
     pub flux_kustomize_metrics: u16,
     pub flux_kustomize_health: u16,
+    /// Jaeger: its OTLP receivers (gRPC, HTTP), query API (HTTP, gRPC),
+    /// health check and its own metrics.
+    pub jaeger_otlp_grpc: u16,
+    pub jaeger_otlp_http: u16,
+    pub jaeger_query_http: u16,
+    pub jaeger_query_grpc: u16,
+    pub jaeger_health: u16,
+    pub jaeger_metrics: u16,
 }
 
 impl Ports {
@@ -78,7 +86,7 @@ impl Ports {
         Ok(())
     }
 
-    fn all_mut(&mut self) -> [&mut u16; 17] {
+    fn all_mut(&mut self) -> [&mut u16; 23] {
         [
             &mut self.etcd_client,
             &mut self.etcd_peer,
@@ -97,6 +105,12 @@ impl Ports {
             &mut self.flux_source_health,
             &mut self.flux_kustomize_metrics,
             &mut self.flux_kustomize_health,
+            &mut self.jaeger_otlp_grpc,
+            &mut self.jaeger_otlp_http,
+            &mut self.jaeger_query_http,
+            &mut self.jaeger_query_grpc,
+            &mut self.jaeger_health,
+            &mut self.jaeger_metrics,
         ]
     }
 }
@@ -112,6 +126,8 @@ pub struct Parts {
     /// Flux's source-controller and kustomize-controller (with the control
     /// plane only; skipped when they are not built).
     pub flux: bool,
+    /// Jaeger, the traces backend (skipped when it is not built).
+    pub jaeger: bool,
 }
 
 impl Default for Parts {
@@ -122,6 +138,7 @@ impl Default for Parts {
             registry: true,
             git: true,
             flux: true,
+            jaeger: true,
         }
     }
 }
@@ -186,6 +203,24 @@ impl Harness {
         self.state.join("images.json")
     }
 
+    /// The ports the first `up` chose (`ports.json`), read without choosing
+    /// any: an error before that `up`.
+    pub fn recorded_ports(&self) -> anyhow::Result<Ports> {
+        let path = self.state.join("ports.json");
+        let text = fs::read_to_string(&path)
+            .with_context(|| format!("no {}; run `up` first", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))
+    }
+    /// Jaeger's OTLP/HTTP base URL, `PTAH_OTLP_ENDPOINT`: what an exporter's
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` takes (`/v1/traces` is appended).
+    pub fn otlp_endpoint(&self) -> anyhow::Result<String> {
+        Ok(crate::jaeger::otlp_endpoint(&self.recorded_ports()?))
+    }
+    /// The base URL of Jaeger's query API, `PTAH_TRACES_URL`.
+    pub fn traces_url(&self) -> anyhow::Result<String> {
+        Ok(crate::jaeger::traces_url(&self.recorded_ports()?))
+    }
+
     fn ports(&self) -> anyhow::Result<Ports> {
         let path = self.state.join("ports.json");
         let mut ports: Ports = match fs::read_to_string(&path) {
@@ -247,6 +282,13 @@ impl Harness {
                 waits.push(spec);
             }
         }
+        // Jaeger needs nothing else: it starts before the control plane.
+        let jaeger = if self.parts.jaeger {
+            crate::jaeger::start(self, &ports)?
+        } else {
+            Vec::new()
+        };
+        waits.extend(jaeger.iter().cloned());
         if self.parts.control_plane {
             self.control_plane(&ports, &bin).await?;
             if self.parts.flux {
@@ -255,6 +297,9 @@ impl Harness {
         }
         for spec in &waits {
             service::wait_port(&self.state, spec, Duration::from_secs(90))?;
+        }
+        if !jaeger.is_empty() {
+            crate::jaeger::wait_healthy(self, &ports, Duration::from_secs(30)).await?;
         }
         if self.parts.databases {
             self.database_accounts(&ports)?;
@@ -822,6 +867,17 @@ impl Harness {
         .map(|(k, v)| (k.to_string(), v))
         .collect::<Vec<_>>();
         vars.extend(gitserve::env(self, ports));
+        // Only where Jaeger runs (a part, and built).
+        if self.parts.jaeger && matches!(crate::jaeger::binary(), Ok(Some(_))) {
+            vars.push((
+                "PTAH_OTLP_ENDPOINT".to_string(),
+                crate::jaeger::otlp_endpoint(ports),
+            ));
+            vars.push((
+                "PTAH_TRACES_URL".to_string(),
+                crate::jaeger::traces_url(ports),
+            ));
+        }
         vars
     }
 
@@ -850,6 +906,7 @@ impl Harness {
             "kube-controller-manager",
             "kube-apiserver",
             "etcd",
+            crate::jaeger::SERVICE,
         ];
         let mut names: Vec<String> = order.iter().map(|s| s.to_string()).collect();
         for (name, _) in service::recorded(&self.state) {

@@ -13,6 +13,7 @@ pub mod examples;
 pub mod flux;
 pub mod gitserve;
 pub mod harness;
+pub mod jaeger;
 pub mod kubelet;
 pub mod service;
 pub mod testkit;

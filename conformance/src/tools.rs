@@ -1,6 +1,7 @@
 //! Where the pinned Go tools live: `conformance/tools/build.sh` builds them
 //! into directories keyed by their pins files (`pins.env` for the control
-//! plane, `gitops.env` for Flux and Argo CD's health engine).
+//! plane, `gitops.env` for Flux and Argo CD's health engine,
+//! `observability.env` for Jaeger and promtool).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,6 +37,14 @@ pub fn gitops_bin_dir() -> anyhow::Result<PathBuf> {
     print_dir(&["gitops"])
 }
 
+/// The directory of the observability tools (Jaeger, promtool).
+pub fn observability_bin_dir() -> anyhow::Result<PathBuf> {
+    if let Ok(dir) = std::env::var("PTAH_OBSERVABILITY_TOOLS_BIN") {
+        return Ok(PathBuf::from(dir));
+    }
+    print_dir(&["observability"])
+}
+
 fn print_dir(set: &[&str]) -> anyhow::Result<PathBuf> {
     let out = Command::new("bash")
         .arg(build_script())
@@ -52,12 +61,16 @@ fn print_dir(set: &[&str]) -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
 }
 
-/// The path of one built tool, refusing a missing one with the command that
+/// The path of one built tool, looked for in each set (control plane,
+/// GitOps, observability), refusing a missing one with the command that
 /// builds it.
 pub fn tool(name: &str) -> anyhow::Result<PathBuf> {
     let mut path = bin_dir()?.join(name);
     if !path.is_file() {
         path = gitops_bin_dir()?.join(name);
+    }
+    if !path.is_file() {
+        path = observability_bin_dir()?.join(name);
     }
     if !path.is_file() {
         bail!(

@@ -69,6 +69,16 @@ async fn up_is_idempotent_and_down_stops_every_process_by_pid() {
         );
     }
 
+    // Jaeger runs wherever it is built (`build.sh jaeger`).
+    if conformance::jaeger::binary().unwrap().is_some() {
+        assert!(
+            first
+                .iter()
+                .any(|(n, pid)| n == conformance::jaeger::SERVICE && pid.is_some()),
+            "jaeger is not running after up: {first:?}"
+        );
+    }
+
     harness.up().await.expect("second up");
     assert_eq!(harness.status(), first, "a second up restarted something");
 

@@ -2,7 +2,8 @@
 //! (database passwords and URLs, the git HTTP credential, the git SSH private
 //! key, the private keys of its PKI) is searched for in the env file, every
 //! harness log, the process kubelet's container logs and the output of
-//! `ptah-harness status` and `env`.
+//! `ptah-harness status` and `env`, and the traces the tracing backend
+//! stored (which hold no SQL either).
 //!
 //! Tests run in any order, so this checks whatever logs exist when it runs,
 //! after driving the executor's Jobs itself: a PtahSchema on PostgreSQL and
@@ -342,6 +343,19 @@ async fn run_the_executor(harness: &'static Harness) -> anyhow::Result<String> {
     )
     .await
     .with_context(|| manager.log())?;
+    // The schema's change reached the tracing backend before the manager
+    // goes (it is killed, and takes what it has not sent with it).
+    {
+        use conformance::testkit::traces::{TraceQuery, TracesClient};
+        TracesClient::of(harness)?
+            .wait_for_trace(
+                &TraceQuery::service("ptah-operator")
+                    .operation("change")
+                    .tag("ptah.resource", format!("{}/orders", ns.name())),
+                patience,
+            )
+            .await?;
+    }
     let name = ns.name().to_string();
     // The namespace (and its Pods' logs) stay for the scan.
     std::mem::forget(ns);
@@ -425,6 +439,16 @@ async fn no_credential_appears_in_output_or_logs() {
             "no log of a {job}… Pod in {executor_ns} was scanned"
         );
     }
+    // The traces the tracing backend stored: the manager's and every Job's,
+    // this run's among them. They hold no SQL either.
+    let stored = stored_traces(harness, &executor_ns)
+        .await
+        .expect("the backend's stored traces");
+    assert!(
+        !stored.contains("CREATE TABLE") && !stored.contains("DROP TABLE"),
+        "SQL text in the backend's stored traces"
+    );
+    scanned.push(("the tracing backend's stored traces".into(), stored));
     let (n_harness_logs, n_pod_logs) = (harness_scanned.len(), pods_scanned.len());
     scanned.extend(harness_scanned);
     scanned.extend(pods_scanned);
@@ -443,6 +467,39 @@ async fn no_credential_appears_in_output_or_logs() {
         secrets.0.len(),
         scanned.len()
     );
+}
+
+/// Every trace the harness's Jaeger holds of the manager and the runner, as
+/// text; not vacuous: the spans of `executor_ns`'s changes are among them.
+async fn stored_traces(harness: &'static Harness, executor_ns: &str) -> anyhow::Result<String> {
+    use conformance::testkit::traces::{TraceQuery, TracesClient};
+    let client = TracesClient::of(harness)?;
+    let resource = format!("{executor_ns}/orders");
+    let mine = client
+        .find(
+            &TraceQuery::service("ptah-operator")
+                .operation("change")
+                .tag("ptah.resource", &resource),
+        )
+        .await?;
+    anyhow::ensure!(!mine.is_empty(), "no trace of {resource}: nothing to scan");
+    let mut text = String::new();
+    let mut runner_spans = 0;
+    for service in ["ptah-operator", "ptah-runner"] {
+        let traces = client
+            .find(
+                &TraceQuery::service(service)
+                    .limit(5000)
+                    .lookback(Duration::from_secs(24 * 3600)),
+            )
+            .await?;
+        if service == "ptah-runner" {
+            runner_spans = traces.iter().map(|t| t.spans.len()).sum();
+        }
+        text.push_str(&format!("{traces:?}\n"));
+    }
+    anyhow::ensure!(runner_spans > 0, "no runner span stored: nothing to scan");
+    Ok(text)
 }
 
 /// The check finds a planted leak, in a pod log, by the secret's source, and

@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools of the local control plane from their Go modules
 # into a cache directory keyed by the pins, and prints that bin directory.
-# Usage: build.sh [--print-dir [gitops]] [tool...]
-#   control plane (pins.env):  etcd kubernetes registry cosign helm ptah
-#   GitOps (gitops.env):       flux argocd-health
+# Usage: build.sh [--print-dir [gitops|observability]] [tool...]
+#   control plane (pins.env):          etcd kubernetes registry cosign helm ptah
+#   GitOps (gitops.env):               flux argocd-health
+#   observability (observability.env): jaeger promtool
 # Each set has its own cache directory, keyed by its own pins file, so adding
-# a GitOps tool does not rebuild the control plane.
+# a GitOps or observability tool does not rebuild the control plane.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=pins.env
 source "$here/pins.env"
 # shellcheck source=gitops.env
 source "$here/gitops.env"
+# shellcheck source=observability.env
+source "$here/observability.env"
 cache=${PTAH_TOOLS_CACHE:-$HOME/.cache/ptah-operator/tools}
 key=$(sha256sum <"$here/pins.env" | cut -c1-16)
 gitops_key=gitops-$(sha256sum <"$here/gitops.env" | cut -c1-16)
+observability_key=observability-$(sha256sum <"$here/observability.env" | cut -c1-16)
 if [ "${1:-}" = "--print-dir" ]; then
-  if [ "${2:-}" = gitops ]; then echo "$cache/$gitops_key/bin"; else echo "$cache/$key/bin"; fi
+  case ${2:-} in
+    gitops) echo "$cache/$gitops_key/bin" ;;
+    observability) echo "$cache/$observability_key/bin" ;;
+    *) echo "$cache/$key/bin" ;;
+  esac
   exit 0
 fi
-# Sets where the next tool is built: the control plane's or the GitOps set.
+# Sets where the next tool is built: the control plane's, the GitOps or the
+# observability set.
 use_set() {
   root=$cache/$1; bin=$root/bin
   mkdir -p "$bin" "$root/logs"
@@ -181,9 +190,22 @@ build_argocd_health() {
     go build -mod=mod -o '$bin/argocd-health.tmp' . && mv '$bin/argocd-health.tmp' '$bin/argocd-health'"
 }
 
+# Jaeger v2: the all-in-one backend the harness runs (OTLP in, memory
+# storage, the query API out), configured by the YAML the harness writes.
+build_jaeger() {
+  use_set "$observability_key"
+  build_simple jaeger github.com/jaegertracing/jaeger github.com/jaegertracing/jaeger/cmd/jaeger "$JAEGER_VERSION"
+}
+
+# Prometheus's promtool, for `promtool check metrics` on a scrape.
+build_promtool() {
+  use_set "$observability_key"
+  build_simple promtool github.com/prometheus/prometheus github.com/prometheus/prometheus/cmd/promtool "$PROMETHEUS_VERSION"
+}
+
 tools=("$@")
-[ ${#tools[@]} = 0 ] && tools=(etcd kubernetes registry cosign helm ptah flux argocd-health)
-say "cache: $cache ($key, $gitops_key)"
+[ ${#tools[@]} = 0 ] && tools=(etcd kubernetes registry cosign helm ptah flux argocd-health jaeger promtool)
+say "cache: $cache ($key, $gitops_key, $observability_key)"
 for t in "${tools[@]}"; do
   use_set "$key"
   case $t in
@@ -195,6 +217,8 @@ for t in "${tools[@]}"; do
     cosign) build_simple cosign github.com/sigstore/cosign/v3 github.com/sigstore/cosign/v3/cmd/cosign "$COSIGN_VERSION" ;;
     helm) build_simple helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm "$HELM_VERSION" ;;
     ptah) build_ptah ;;
+    jaeger) build_jaeger ;;
+    promtool) build_promtool ;;
     *) echo "unknown tool: $t" >&2; exit 2 ;;
   esac
 done

@@ -11,7 +11,7 @@ use crate::follow::{self, parse_timeout};
 use crate::output::{self, Format};
 use crate::plan::Which;
 use crate::resource::{Kind, Resource, Target, get};
-use crate::{Failure, approve, history, plan, refresh, set_source, stages};
+use crate::{Failure, approve, history, plan, refresh, set_source, stages, trace};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -24,6 +24,7 @@ Examples:
   kubectl ptah refresh migration/orders --wait      read the database again now
   kubectl ptah set-source schema/orders oci://registry.example/app/schema:v2
   kubectl ptah history schema/orders                the journal, with coveredSince
+  kubectl ptah trace schema/orders --last 2         the change before the newest, as a waterfall
 
 Exit codes: 0 done, 1 error, 2 Blocked or Failed, 3 timed out, 4 not found, 64 bad command line.";
 
@@ -112,6 +113,19 @@ pub enum Command {
     },
     /// The journal as a table, with how far back it is complete.
     History { target: Target },
+    /// A change's trace as a waterfall: stages, waits, Jobs, durations.
+    Trace {
+        target: Target,
+        /// The Nth newest change (1: the newest, or the one under way).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        last: u32,
+        /// The tracing backend's query API (Jaeger), e.g. http://jaeger-query:16686.
+        #[arg(long, env = "PTAH_TRACES_URL")]
+        traces_url: Option<String>,
+        /// Also draw the waterfall as an SVG picture into FILE.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<std::path::PathBuf>,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completion { shell: clap_complete::Shell },
 }
@@ -186,6 +200,22 @@ pub async fn run(args: Args) -> Result<(), Failure> {
         Command::History { target } => {
             let r = get(&client, &ns, &target).await?;
             output::print(g.output, &history::view(&r), history::render)
+        }
+        Command::Trace {
+            target,
+            last,
+            traces_url,
+            svg,
+        } => {
+            let base = trace::base_url(traces_url)?;
+            let r = get(&client, &ns, &target).await?;
+            let found = trace::fetch(&base, &r, last as usize).await?;
+            let view = trace::view(&r, &found);
+            if let Some(path) = svg {
+                std::fs::write(&path, trace::svg(&view))
+                    .map_err(|e| Failure::error(format!("writing {}: {e}", path.display())))?;
+            }
+            output::print(g.output, &view, trace::render)
         }
         Command::Approve {
             target,

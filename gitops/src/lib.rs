@@ -1,5 +1,5 @@
 //! The user's side of every stage: the `kubectl ptah` plugin (schema,
-//! migration, plan, approve, wait, refresh, set-source, history) and the
+//! migration, plan, approve, wait, refresh, set-source, history, trace) and the
 //! health rules that let Flux and Argo CD read a PtahSchema or PtahMigration
 //! (`gitops/argocd/`).
 //!
@@ -19,6 +19,7 @@ pub mod refresh;
 pub mod resource;
 pub mod set_source;
 pub mod stages;
+pub mod trace;
 
 /// The exit codes a script can rely on.
 pub mod exit {

@@ -244,6 +244,14 @@ impl Resource {
         }
     }
 
+    /// `status.trace`: the change under way.
+    pub fn change_trace(&self) -> Option<&operator::api::trace::ChangeTrace> {
+        match self {
+            Resource::Schema(s) => s.status.as_ref()?.trace.as_ref(),
+            Resource::Migration(m) => m.status.as_ref()?.trace.as_ref(),
+        }
+    }
+
     pub fn covered_since(&self) -> Option<&Time> {
         match self {
             Resource::Schema(s) => s.status.as_ref()?.covered_since.as_ref(),

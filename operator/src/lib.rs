@@ -23,6 +23,7 @@ pub mod lifecycle;
 pub mod protocol;
 pub mod runner;
 pub mod server;
+pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -229,7 +229,26 @@ pub async fn serve(
     routes: Routes,
     max_body_bytes: usize,
 ) -> io::Result<()> {
-    let acceptor = TlsAcceptor::from(tls.config.clone());
+    serve_with(
+        listener,
+        Some(TlsAcceptor::from(tls.config.clone())),
+        routes,
+        max_body_bytes,
+    )
+    .await
+}
+
+/// Serves plain HTTP (the metrics endpoint, which holds nothing secret).
+pub async fn serve_plain(listener: TcpListener, routes: Routes) -> io::Result<()> {
+    serve_with(listener, None, routes, 64 << 10).await
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    acceptor: Option<TlsAcceptor>,
+    routes: Routes,
+    max_body_bytes: usize,
+) -> io::Result<()> {
     let routes = Arc::new(routes);
     loop {
         let (tcp, _peer) = match listener.accept().await {
@@ -250,23 +269,36 @@ pub async fn serve(
         let acceptor = acceptor.clone();
         let routes = routes.clone();
         tokio::spawn(async move {
-            let Ok(Ok(stream)) =
-                tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
-            else {
-                return;
-            };
-            let service = service_fn(move |req| {
-                let routes = routes.clone();
-                async move { Ok::<_, Infallible>(answer(&routes, req, max_body_bytes).await) }
-            });
-            // A client that goes away mid-request ends only its connection.
-            let _ = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            match acceptor {
+                Some(acceptor) => {
+                    let Ok(Ok(stream)) =
+                        tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+                    else {
+                        return;
+                    };
+                    connection(stream, routes, max_body_bytes).await;
+                }
+                None => connection(tcp, routes, max_body_bytes).await,
+            }
         });
     }
+}
+
+/// One client's connection; a client that goes away mid-request ends only
+/// it.
+async fn connection<S>(stream: S, routes: Arc<Routes>, max_body_bytes: usize)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| {
+        let routes = routes.clone();
+        async move { Ok::<_, Infallible>(answer(&routes, req, max_body_bytes).await) }
+    });
+    let _ = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
 }
 
 async fn answer(routes: &Routes, req: Request<Incoming>, max: usize) -> Response<Full<Bytes>> {

@@ -490,6 +490,7 @@ pub fn schema_example() -> PtahSchema {
         last_read_request: Some("2026-01-01T00:00:00Z".into()),
         next_reconciliation_time: Some(at(900)),
         last_attempt_time: Some(at(20)),
+        trace: Some(change_trace()),
     });
     schema
 }
@@ -647,6 +648,7 @@ pub fn migration_example() -> PtahMigration {
         last_read_request: Some(format!("sha256:{}", "cd".repeat(32))),
         next_reconciliation_time: Some(at(3600)),
         last_attempt_time: Some(at(20)),
+        trace: Some(change_trace()),
     });
     migration
 }
@@ -837,4 +839,27 @@ pub fn realm_example() -> PtahRealm {
         ..Default::default()
     };
     realm
+}
+
+/// A change under way, in its Verification stage, with a Source stage held.
+pub fn change_trace() -> crate::api::trace::ChangeTrace {
+    use crate::api::trace::{ChangeTrace, HeldStage, Stage};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    ChangeTrace {
+        trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+        started_at: MicroTime(at(1).0),
+        from: Some("InSync/ScopedConverged".into()),
+        stage: Stage::Verification,
+        round: 0,
+        stage_started_at: MicroTime(at(20).0),
+        jobs: vec!["orders-observe-0a1b2c3d4e5f6a7b".into()],
+        exported: false,
+        held: vec![HeldStage {
+            stage: Stage::Source,
+            round: 0,
+            started_at: MicroTime(at(1).0),
+            ended_at: MicroTime(at(2).0),
+            jobs: vec!["orders-resolve-1a2b3c4d5e6f7a8b".into()],
+        }],
+    }
 }

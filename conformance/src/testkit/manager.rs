@@ -33,6 +33,20 @@ pub struct ManagerSpec {
     /// started again keeps the port, as a Service keeps its address, so a
     /// Job's delivery retries reach the new process.
     pub port: Option<u16>,
+    /// Where its spans and its Jobs' go.
+    pub traces: Traces,
+}
+
+/// Where a manager exports traces.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Traces {
+    /// To the harness's Jaeger (`PTAH_OTLP_ENDPOINT`).
+    #[default]
+    Harness,
+    /// Nowhere: no `OTEL_*` variable is set.
+    Off,
+    /// To this OTLP/HTTP endpoint.
+    To(String),
 }
 
 /// A loopback port free at the moment of asking.
@@ -54,7 +68,10 @@ impl Manager {
         let log = line.dir.join(format!("{}-{}.log", ns, super::unique("m")));
         let out = std::fs::File::create(&log)?;
         let mut cmd = Command::new(&line.exe);
-        cmd.envs(line.env.iter().map(|(k, v)| (k, v)))
+        // Only what the spec says decides where traces go.
+        cmd.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .envs(line.env.iter().map(|(k, v)| (k, v)))
             .args(&line.args)
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
@@ -88,6 +105,39 @@ impl Manager {
     /// the receiver's and the admission webhooks'.
     pub fn tls_dir(&self) -> &std::path::Path {
         &self.tls_dir
+    }
+
+    /// Where the manager serves `/metrics`, from its log.
+    pub async fn metrics_url(&self) -> anyhow::Result<String> {
+        let start = Instant::now();
+        loop {
+            let log = self.log();
+            if let Some(addr) = log
+                .lines()
+                .find(|l| l.contains("serving /metrics"))
+                .and_then(|l| l.split("metrics=").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+            {
+                // The log may colour fields; the address is digits, dots and a colon.
+                let addr: String = addr
+                    .chars()
+                    .filter(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+                    .collect();
+                return Ok(format!("http://{addr}/metrics"));
+            }
+            anyhow::ensure!(
+                start.elapsed() < Duration::from_secs(60),
+                "the manager never said where it serves /metrics; its log:\n{log}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// One scrape of `/metrics`.
+    pub async fn scrape(&self) -> anyhow::Result<String> {
+        let url = self.metrics_url().await?;
+        let response = reqwest::get(&url).await?.error_for_status()?;
+        Ok(response.text().await?)
     }
 
     /// Waits for the process to exit by itself (a fault point).
@@ -157,6 +207,8 @@ pub fn command_line(
     let tls_dir = dir.join(format!("{ns}-tls"));
     let mut args = vec![
         format!("--listen=127.0.0.1:{}", spec.port.unwrap_or(0)),
+        // Several managers share the machine: each its own free port.
+        "--metrics-listen=127.0.0.1:0".to_string(),
         format!(
             "--token-key-file={}",
             dir.join(format!("{ns}.key")).display()
@@ -187,6 +239,15 @@ pub fn command_line(
             "info,ptah_operator=debug,kube=warn".to_string(),
         ),
     ];
+    let mut env = env;
+    let endpoint = match &spec.traces {
+        Traces::Harness => harness.otlp_endpoint().ok(),
+        Traces::Off => None,
+        Traces::To(url) => Some(url.clone()),
+    };
+    if let Some(url) = endpoint {
+        env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".to_string(), url));
+    }
     Ok(CommandLine {
         exe,
         env,

@@ -1,9 +1,9 @@
 //! The shared kit of the end-to-end tests in `conformance/tests/`: what
 //! several test files needed alike — a namespace of their own on the shared
 //! harness, waiting on a condition with a timeout, the Secrets a Job's Pod
-//! names, pushing and signing OCI artifacts, and the git endpoints — written
-//! once here so that every test
-//! file behaves the same way and a fix lands everywhere.
+//! names, pushing and signing OCI artifacts, the git endpoints, the traces
+//! Jaeger holds and promtool's verdict on metrics — written once here so
+//! that every test file behaves the same way and a fix lands everywhere.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -19,7 +19,9 @@ pub mod namespace;
 pub mod oci;
 pub mod operator;
 pub mod plugin;
+pub mod promtool;
 pub mod relay;
+pub mod traces;
 pub mod wait;
 
 /// A name no other test, and no earlier run on the same harness, uses:

@@ -54,6 +54,11 @@ impl Operator {
         self.manager.log()
     }
 
+    /// The manager.
+    pub fn manager(&self) -> &Manager {
+        &self.manager
+    }
+
     /// Waits until the object `name` is what `done` says, with the
     /// manager's log when it never is.
     pub async fn until<K>(
@@ -142,6 +147,34 @@ pub async fn approve_schema(
             "metadata": {"name": name},
             "spec": {
                 "schemaRef": {"name": s.name_any(), "uid": s.uid().unwrap_or_default()},
+                "planRef": {"name": plan.name, "uid": plan.uid},
+                "planFingerprint": plan.fingerprint,
+            }
+        }),
+    )
+    .await
+}
+
+/// Approves the plan `m` awaits as the approval `name`, as a person would.
+pub async fn approve_migration(
+    ns: &TestNamespace,
+    m: &operator::api::PtahMigration,
+    name: &str,
+) -> anyhow::Result<operator::api::PtahMigrationApproval> {
+    use kube::ResourceExt;
+    let plan = m
+        .status
+        .as_ref()
+        .and_then(|st| st.plan.clone())
+        .context("status.plan")?;
+    create_admitted(
+        ns,
+        serde_json::json!({
+            "apiVersion": "operator.ptah.run/v1alpha1",
+            "kind": "PtahMigrationApproval",
+            "metadata": {"name": name},
+            "spec": {
+                "migrationRef": {"name": m.name_any(), "uid": m.uid().unwrap_or_default()},
                 "planRef": {"name": plan.name, "uid": plan.uid},
                 "planFingerprint": plan.fingerprint,
             }

@@ -24,6 +24,7 @@ pub mod realm;
 pub mod schema;
 pub mod source;
 pub mod status;
+pub mod trace;
 
 pub use approval::{
     AcknowledgmentStatus, ApprovalStatus, PtahMigrationApproval, PtahMigrationApprovalSpec,

@@ -449,6 +449,9 @@ pub struct PtahSchemaStatus {
     /// When an operation was last attempted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempt_time: Option<Time>,
+    /// The change under way, for its trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<super::trace::ChangeTrace>,
 }
 
 super::status::operation_status!(PtahSchemaStatus);

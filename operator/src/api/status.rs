@@ -311,6 +311,10 @@ pub trait OperationStatus:
     fn next_reconciliation_time(&self) -> Option<&Time>;
     /// `status.observedGeneration` and `status.observedSpecDigest`.
     fn observed(&self) -> (Option<i64>, Option<&str>);
+    /// `status.trace`.
+    fn trace(&self) -> Option<&super::trace::ChangeTrace>;
+    /// `status.trace`, to edit.
+    fn trace_mut(&mut self) -> &mut Option<super::trace::ChangeTrace>;
 }
 
 /// Implements [`OperationStatus`] on a family's status by its field names.
@@ -354,6 +358,12 @@ macro_rules! operation_status {
                     self.observed_generation,
                     self.observed_spec_digest.as_deref(),
                 )
+            }
+            fn trace(&self) -> Option<&$crate::api::trace::ChangeTrace> {
+                self.trace.as_ref()
+            }
+            fn trace_mut(&mut self) -> &mut Option<$crate::api::trace::ChangeTrace> {
+                &mut self.trace
             }
         }
     };

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Parser;
 use ptah_operator::api::status::ExecutionBinding;
-use ptah_operator::controller::{self, Config, Context, FaultPoint};
+use ptah_operator::controller::{self, Config, Context, FaultPoint, Telemetry};
 use ptah_operator::execution::job::Images;
 use ptah_operator::execution::receiver::{Receiver, TokenKey};
 use ptah_operator::protocol::receiver::{PLANS_PATH, RESULTS_PATH};
 use ptah_operator::server::{self, Routes, Tls};
+use ptah_operator::telemetry::export::{self, Spans};
 use sha2::{Digest, Sha256};
 
 /// Keeps PostgreSQL and MySQL/MariaDB schemas converged on what PtahSchema
@@ -24,6 +25,10 @@ struct Args {
     /// Address the result receiver and the admission webhooks listen on.
     #[arg(long, default_value = "0.0.0.0:9443", env = "PTAH_LISTEN")]
     listen: SocketAddr,
+    /// Address Prometheus metrics are served on, plain HTTP, at `/metrics`
+    /// (`none`: not served).
+    #[arg(long, default_value = "0.0.0.0:8080", env = "PTAH_METRICS_LISTEN", value_parser = metrics_listen)]
+    metrics_listen: MetricsListen,
     /// The receiver's URL as Pods reach it (default: https://<listen>/v1/results).
     #[arg(long, env = "PTAH_RECEIVER_URL")]
     receiver_url: Option<String>,
@@ -102,6 +107,19 @@ fn parse_operation(s: &str) -> Result<ptah_operator::api::status::OperationType,
     })
 }
 
+/// `--metrics-listen`: an address, or none.
+#[derive(Clone, Copy, Debug)]
+struct MetricsListen(Option<SocketAddr>);
+
+fn metrics_listen(s: &str) -> Result<MetricsListen, String> {
+    if s == "none" {
+        return Ok(MetricsListen(None));
+    }
+    s.parse()
+        .map(|a| MetricsListen(Some(a)))
+        .map_err(|_| format!("{s:?} is not an address (host:port) or none"))
+}
+
 /// The execution epoch of a set of components: `v1-` and 32 hex digits of
 /// their digest, so every component change starts a new epoch.
 fn epoch_of(parts: &[&str]) -> String {
@@ -114,7 +132,11 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube=warn".into()),
+                .unwrap_or_else(|_| "info,kube=warn".into())
+                // The SDK logs every failed export; `SayOnce` says it once.
+                .add_directive("opentelemetry_sdk=off".parse().expect("a directive"))
+                .add_directive("opentelemetry_otlp=off".parse().expect("a directive"))
+                .add_directive("opentelemetry-otlp=off".parse().expect("a directive")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -198,15 +220,41 @@ async fn main() -> anyhow::Result<()> {
         fault_operation: args.fault_operation,
         watch_namespace: args.watch_namespace.clone(),
     };
-    tracing::info!(listen = %local, receiver = %config.receiver_url, "manager starting");
-    let ctx = Arc::new(Context::new(client, config, key, ca_pem));
-    tokio::select! {
-        () = controller::run(ctx) => {}
-        res = server => {
-            res.context("the server task")?.context("serving")?;
+    let spans = Spans::from_env("ptah-operator").map_err(anyhow::Error::msg)?;
+    let telemetry = Telemetry {
+        job_exporter: if spans.enabled() {
+            export::endpoint_env(|k| std::env::var(k).ok())
+        } else {
+            Vec::new()
+        },
+        spans,
+        metrics: Default::default(),
+    };
+    tracing::info!(
+        listen = %local,
+        receiver = %config.receiver_url,
+        traces = telemetry.spans.enabled(),
+        "manager starting"
+    );
+    let ctx = Arc::new(Context::new(client, config, key, ca_pem).with_telemetry(telemetry));
+    let metrics = match args.metrics_listen.0 {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening on {addr} for metrics"))?;
+            tracing::info!(metrics = %listener.local_addr()?, "serving /metrics");
+            let routes = Routes::new().route("/metrics", controller::metrics_handler(ctx.clone()));
+            tokio::spawn(server::serve_plain(listener, routes))
         }
-    }
-    Ok(())
+        None => tokio::spawn(std::future::pending()),
+    };
+    let done = tokio::select! {
+        () = controller::run(ctx.clone()) => Ok(()),
+        res = server => res.context("the server task")?.context("serving"),
+        res = metrics => res.context("the metrics task")?.context("serving metrics"),
+    };
+    ctx.telemetry.spans.flush();
+    done
 }
 
 fn hostname() -> String {

@@ -10,6 +10,8 @@ use ptah_operator::protocol::result::{Outcome, Summary};
 use ptah_operator::runner::cli::{Cli, Command};
 use ptah_operator::runner::history;
 use ptah_operator::runner::{self, EXIT_FAILED, EXIT_USAGE};
+use ptah_operator::telemetry::runner::RunnerTrace;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 fn main() {
     let cli = match Cli::try_parse() {
@@ -60,7 +62,30 @@ fn main() {
         }
     };
     let started = std::time::Instant::now();
-    let finished = rt.block_on(runner::run_step(cli.command));
+    // Spans only when the Job carries a trace context and an endpoint.
+    let trace = RunnerTrace::start();
+    let span = tracing::info_span!(
+        "runner",
+        "otel.name" = cli.command.step(),
+        "ptah.step" = cli.command.step(),
+        "ptah.outcome" = tracing::field::Empty,
+        "otel.status_code" = tracing::field::Empty,
+    );
+    if let Some(t) = &trace {
+        let _ = span.set_parent(t.parent.clone());
+    }
+    let finished = rt.block_on(tracing::Instrument::instrument(
+        runner::run_step(cli.command),
+        span.clone(),
+    ));
+    span.record(
+        "ptah.outcome",
+        format!("{:?}", finished.document.outcome).as_str(),
+    );
+    if finished.exit_code != runner::EXIT_OK {
+        span.record("otel.status_code", "ERROR");
+    }
+    drop(span);
     // The runner's own cost beyond Ptah's run time: spawn, parse, check and
     // deliver (`conformance/bench/runner-overhead.sh` reads this line).
     let child = runner::executor::child_time();
@@ -96,6 +121,9 @@ fn main() {
         eprintln!("ptah-runner: {}: {}", finished.document.step, error.message);
     }
     runner::write_summary(&termination_log, &finished.document.summary());
+    if let Some(t) = trace {
+        t.finish(&finished.document);
+    }
     std::process::exit(finished.exit_code);
 }
 

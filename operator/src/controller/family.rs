@@ -46,6 +46,9 @@ pub struct Pass<'a, F: Family> {
     /// This pass published or retired a plan.
     pub plans_moved: bool,
     pub(super) snapshot_taken: bool,
+    /// `phase/reason` as last stored: where a change that begins now starts
+    /// from.
+    pub(super) stored_verdict: String,
 }
 
 /// One family of resources the manager converges: PtahSchema or
@@ -164,6 +167,15 @@ pub trait Family:
     ) -> impl Future<Output = Result<Vec<Self::Observation>, Error>> + Send;
     /// Deletes the plans status no longer names.
     fn collect_plans(pass: &mut Pass<'_, Self>) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Where `st` puts the resource, as its change's trace sees it.
+    fn change_at(&self, st: &Self::Status) -> crate::telemetry::change::Where;
+    /// `phase/reason` of `st`: the verdict a change starts from or ends on.
+    fn verdict(st: &Self::Status) -> String;
+    /// The plan `st` names: its name and fingerprint.
+    fn plan_named(st: &Self::Status) -> Option<(&str, &str)>;
+    /// `status.journal`.
+    fn journal(st: &Self::Status) -> &[crate::api::journal::JournalEntry];
 }
 
 /// The parts of a [`Family`] impl that read the same for both families: by
@@ -180,7 +192,8 @@ macro_rules! family_fields {
         stores: $store:ident,
         approvals_in: $approvals:ident,
         jobs_of: $jobs_of:path,
-        awaiting_approval: $awaiting:path $(,)?
+        awaiting_approval: $awaiting:path,
+        ready: $ready:path $(,)?
     ) => {
         type Spec = $spec;
         type Approval = $approval;
@@ -249,6 +262,27 @@ macro_rules! family_fields {
                 execution: &self.spec.execution,
                 lock_timeout: &self.spec.policy.lock_timeout,
             }
+        }
+
+        fn verdict(st: &$status) -> String {
+            let phase = st
+                .phase
+                .map(|p| format!("{p:?}"))
+                .unwrap_or_else(|| "None".into());
+            let reason = $crate::api::conditions::get(&st.conditions, $ready)
+                .map(|c| format!("{:?}", c.reason))
+                .unwrap_or_default();
+            format!("{phase}/{reason}")
+        }
+
+        fn journal(st: &$status) -> &[$crate::api::journal::JournalEntry] {
+            &st.journal
+        }
+
+        fn plan_named(st: &$status) -> Option<(&str, &str)> {
+            st.plan
+                .as_ref()
+                .map(|p| (p.name.as_str(), p.fingerprint.as_str()))
         }
 
         fn awaiting_approval(st: &$status) -> Option<(String, String)> {

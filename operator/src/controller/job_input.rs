@@ -116,6 +116,7 @@ pub fn common_input(
                 key: RECEIVER_CA_KEY.into(),
             }),
         },
+        trace: None,
     })
 }
 

@@ -15,9 +15,11 @@ use super::migration_harvest::{run_report, verdict};
 use super::{Error, kube_err, migration_dispatch};
 use crate::api::annotations::{MIGRATION_FINALIZER, UNRESOLVED_RUN};
 use crate::api::approval::PtahMigrationApproval;
-use crate::api::condition::{MigrationPhase, Reason};
+use crate::api::common::ApplyPolicy;
+use crate::api::condition::{MigrationConditionType, MigrationPhase, Reason};
 use crate::api::migration::{PtahMigration, PtahMigrationSpec, PtahMigrationStatus};
 use crate::api::status::{ActiveOperation, OperationType};
+use crate::api::trace::Stage;
 use crate::execution::job::JobInput;
 use crate::execution::migration_plan::{self, PlanRequest};
 use crate::execution::receiver::StoredResult;
@@ -25,6 +27,7 @@ use crate::lifecycle::migration::{AcknowledgmentSeen, Effect, Observation, annot
 use crate::lifecycle::realm;
 use crate::protocol::migrations::{check_history, check_run};
 use crate::protocol::result::StepOutput;
+use crate::telemetry::change::Where;
 
 impl Family for PtahMigration {
     super::family::family_fields!(
@@ -39,7 +42,28 @@ impl Family for PtahMigration {
         approvals_in: migration_approvals,
         jobs_of: migration_dispatch::jobs_of,
         awaiting_approval: MigrationPhase::AwaitingApproval,
+        ready: MigrationConditionType::Ready,
     );
+
+    fn change_at(&self, st: &PtahMigrationStatus) -> Where {
+        use MigrationPhase as P;
+        match st.phase {
+            None | Some(P::InSync | P::Blocked | P::Failed) => Where::Rest,
+            // Under `apply: Never` a published plan is where it rests.
+            Some(P::Planning)
+                if self.spec.policy.apply == ApplyPolicy::Never
+                    && st.active_operation.is_none() =>
+            {
+                Where::Rest
+            }
+            Some(P::Resolving | P::Verifying | P::Reading) => Where::In(Stage::Source),
+            Some(P::Planning) => Where::In(Stage::Plan),
+            Some(P::AwaitingApproval) => Where::In(Stage::Decision),
+            Some(P::Applying) => Where::In(Stage::Execution),
+            Some(P::VerifyingHistory) => Where::In(Stage::Verification),
+            Some(P::Pending | P::Suspended) => Where::Hold,
+        }
+    }
 
     fn precedes_status(e: &Effect) -> bool {
         e.precedes_status()

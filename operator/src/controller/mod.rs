@@ -115,6 +115,20 @@ pub struct Context {
     versions: versions::ByVersion<()>,
     /// What source ConfigMaps' selected keys gave: (UID, content digest).
     contents: versions::ByVersion<(String, String)>,
+    /// Traces and metrics.
+    pub telemetry: Telemetry,
+}
+
+/// Where the manager's spans go, what its Jobs are told of it, and its
+/// metrics.
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    /// The stage spans of changes (off unless `OTEL_*` says where).
+    pub spans: crate::telemetry::export::Spans,
+    /// The exporter variables Jobs get, so their spans go where these go.
+    pub job_exporter: Vec<(String, String)>,
+    /// The metrics `/metrics` serves.
+    pub metrics: crate::telemetry::metrics::Metrics,
 }
 
 impl Context {
@@ -148,7 +162,14 @@ impl Context {
             stores: std::sync::OnceLock::new(),
             versions: Default::default(),
             contents: Default::default(),
+            telemetry: Telemetry::default(),
         }
+    }
+
+    /// With `telemetry` instead of none.
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// The shared watches' stores; [`run`] sets them before any pass.
@@ -294,4 +315,65 @@ fn error_policy<F: Family>(obj: Arc<F>, error: &Error, ctx: Arc<Context>) -> Act
         "pass failed"
     );
     Action::requeue(wait)
+}
+
+/// The census the metrics' gauges are taken from: every resource in the
+/// stores (none before the stores hold their first list).
+pub fn census(ctx: &Context) -> Vec<crate::telemetry::metrics::Census> {
+    fn of<F: family::Family>(
+        store: &kube::runtime::reflector::Store<F>,
+        now: &k8s_openapi::jiff::Timestamp,
+    ) -> Vec<crate::telemetry::metrics::Census> {
+        store
+            .state()
+            .iter()
+            .map(|obj| {
+                let st = obj.status().cloned().unwrap_or_default();
+                let phase = F::verdict(&st).split('/').next().map(str::to_string);
+                crate::telemetry::metrics::Census {
+                    family: F::KIND,
+                    phase: phase.filter(|p| p != "None"),
+                    awaiting_approval: F::awaiting_approval(&st).is_some(),
+                    due: st.active_operation().is_none()
+                        && st.next_reconciliation_time().is_some_and(|t| t.0 <= *now),
+                }
+            })
+            .collect()
+    }
+    let Some(stores) = ctx.stores.get() else {
+        return Vec::new();
+    };
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let mut all = of(&stores.schemas, &now);
+    all.extend(of(&stores.migrations, &now));
+    all
+}
+
+/// `/metrics`: the exposition, with the census taken now.
+pub fn metrics_handler(ctx: Arc<Context>) -> crate::server::Handler {
+    use crate::telemetry::metrics;
+    Arc::new(move |req| {
+        let ctx = ctx.clone();
+        Box::pin(async move {
+            // OpenMetrics to a scraper that asks for it, the classic text
+            // format otherwise.
+            let openmetrics = req
+                .headers()
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.contains("application/openmetrics-text"));
+            let text = ctx.telemetry.metrics.render(&census(&ctx));
+            let (body, content_type) = if openmetrics {
+                (text, metrics::CONTENT_TYPE)
+            } else {
+                (metrics::classic(&text), metrics::CLASSIC_CONTENT_TYPE)
+            };
+            let mut r = http::Response::new(bytes::Bytes::from(body));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(content_type),
+            );
+            r
+        })
+    })
 }

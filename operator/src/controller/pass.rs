@@ -30,6 +30,8 @@ use crate::api::status::{
 };
 use crate::execution::lease::{Acquired, Continuity};
 use crate::lifecycle::common::{ApprovalSeen, Seen, Shared};
+use crate::telemetry::change::{self, Facts, SpanRecord};
+use opentelemetry_sdk::trace::IdGenerator;
 
 /// How many steps one pass takes at most; the rest waits for the next pass.
 pub const MAX_STEPS: usize = 24;
@@ -112,7 +114,12 @@ pub fn object_key<F: Family>(obj: &F) -> String {
 /// The reconcile function of either family's controller; a pass that
 /// finishes resets the object's backoff.
 pub async fn reconcile<F: Family>(obj: Arc<F>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let action = reconcile_once(&*obj, &ctx).await?;
+    let started = std::time::Instant::now();
+    let result = reconcile_once(&*obj, &ctx).await;
+    ctx.telemetry
+        .metrics
+        .reconciled(F::KIND, result.is_ok(), started.elapsed().as_secs_f64());
+    let action = result?;
     ctx.backoff.succeeded(&object_key(&*obj));
     Ok(action)
 }
@@ -139,7 +146,9 @@ async fn reconcile_once<F: Family>(obj: &F, ctx: &Context) -> Result<Action, Err
         }
     };
     let ns = current.namespace().unwrap_or_default();
+    let stored_verdict = F::verdict(&current.status().cloned().unwrap_or_default());
     let mut pass = Pass {
+        stored_verdict,
         ctx,
         api: Api::namespaced(ctx.client.clone(), &ns),
         ns,
@@ -265,8 +274,50 @@ impl<F: Family> Pass<'_, F> {
         if !std::mem::take(&mut self.unwritten) {
             return Ok(());
         }
+        let spans = self.trace_change();
         self.obj = runtime::write_status(&self.api, &self.obj).await?;
+        self.stored_verdict = F::verdict(&self.status());
+        // Only what is stored is exported: a write refused exports nothing,
+        // and the pass that follows steps again from what is stored.
+        self.ctx.telemetry.metrics.spans_ended(F::KIND, &spans);
+        self.ctx.telemetry.spans.export(spans);
         Ok(())
+    }
+
+    /// Steps the change's trace in the staged status; returns the spans
+    /// that end with its write.
+    fn trace_change(&mut self) -> Vec<SpanRecord> {
+        let st = self.status();
+        let ns = self.ns.clone();
+        let name = self.name();
+        let claim = st.active_operation();
+        let facts = Facts {
+            family: F::KIND,
+            namespace: &ns,
+            name: &name,
+            at: self.obj.change_at(&st),
+            verdict: F::verdict(&st),
+            plan: F::plan_named(&st),
+            claim: claim.map(|c| (c.operation_id.as_str(), c.job_name.as_deref())),
+            journal: F::journal(&st),
+        };
+        let mut new_id = [0u8; 16];
+        new_id.copy_from_slice(
+            &opentelemetry_sdk::trace::RandomIdGenerator::default()
+                .new_trace_id()
+                .to_bytes(),
+        );
+        let (trace, spans) = change::advance(
+            st.trace().cloned(),
+            &self.stored_verdict,
+            &facts,
+            k8s_openapi::jiff::Timestamp::now(),
+            new_id,
+        );
+        if let Some(stored) = self.obj.status_mut() {
+            *stored.trace_mut() = trace;
+        }
+        spans
     }
 
     /// Writes `status` now.
@@ -404,6 +455,14 @@ impl<F: Family> Pass<'_, F> {
     ) -> Result<F::Observation, Error> {
         let stored = runtime::stored_result(self.ctx, &self.ns, c).await?;
         self.harvested = Some(c.type_);
+        let outcome = stored
+            .as_ref()
+            .map(|r| format!("{:?}", r.document.outcome))
+            .unwrap_or_else(|| "NoResult".into());
+        self.ctx
+            .telemetry
+            .metrics
+            .operation_ended(F::KIND, &format!("{:?}", c.type_), &outcome);
         let Some(r) = stored else {
             return Ok(match (c.type_, job) {
                 (_, None) => Seen::JobLost.into(),
@@ -601,7 +660,10 @@ impl<F: Family> Pass<'_, F> {
 
     /// The one Job create of a claim whose `dispatchStarted` is written.
     async fn dispatch(&mut self, c: &ActiveOperation) -> Result<Option<F::Observation>, Error> {
-        let input = F::job_input(self, c).await;
+        let input = F::job_input(self, c).await.map(|mut input| {
+            input.trace = self.job_trace();
+            input
+        });
         let src = self.obj.source().clone();
         Ok(
             match runtime::dispatch(self.ctx, &self.obj, &src, c, input).await? {
@@ -610,6 +672,10 @@ impl<F: Family> Pass<'_, F> {
                     Some(Seen::JobNotBuilt { reason, message }.into())
                 }
                 Dispatch::Created(uid) => {
+                    self.ctx
+                        .telemetry
+                        .metrics
+                        .job_created(F::KIND, &format!("{:?}", c.type_));
                     // A mutation's Job must be told from any other of its
                     // name before anything else happens; a read's result is
                     // bound to its Job by the receiver, and its claim ends
@@ -622,6 +688,24 @@ impl<F: Family> Pass<'_, F> {
                 }
             },
         )
+    }
+
+    /// The trace context the claim's Job carries: the span of the stage the
+    /// change is in, once it is past reading its source or known to be worth
+    /// a trace (a read that may find nothing is not traced into its Jobs).
+    fn job_trace(&self) -> Option<crate::execution::job::TraceInput> {
+        let st = self.status();
+        let trace = st.trace()?;
+        let worth = trace.exported || trace.stage != crate::api::trace::Stage::Source;
+        if !worth || !self.ctx.telemetry.spans.sampled(&change::trace_id(trace)) {
+            return None;
+        }
+        let (traceparent, tracestate) = change::job_context(trace);
+        Some(crate::execution::job::TraceInput {
+            traceparent,
+            tracestate,
+            exporter: self.ctx.telemetry.job_exporter.clone(),
+        })
     }
 
     async fn record_job_uid(

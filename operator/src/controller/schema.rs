@@ -19,6 +19,7 @@ use crate::api::condition::{ConditionStatus, Reason, SchemaPhase, SchemaPlanCond
 use crate::api::plan::PtahSchemaPlan;
 use crate::api::schema::{PtahSchema, PtahSchemaSpec, PtahSchemaStatus, TargetStatus};
 use crate::api::status::{ActiveOperation, OperationType};
+use crate::api::trace::Stage;
 use crate::execution::job::JobInput;
 use crate::execution::plan;
 use crate::execution::receiver::StoredResult;
@@ -26,6 +27,7 @@ use crate::lifecycle::conditions;
 use crate::lifecycle::realm;
 use crate::lifecycle::schema::{Effect, Observation, PlanVerdict};
 use crate::protocol::database::PlanOutcome;
+use crate::telemetry::change::Where;
 
 impl Family for PtahSchema {
     super::family::family_fields!(
@@ -40,7 +42,21 @@ impl Family for PtahSchema {
         approvals_in: schema_approvals,
         jobs_of: dispatch::jobs_of,
         awaiting_approval: SchemaPhase::AwaitingApproval,
+        ready: SchemaConditionType::Ready,
     );
+
+    fn change_at(&self, st: &PtahSchemaStatus) -> Where {
+        use SchemaPhase as P;
+        match st.phase {
+            None | Some(P::InSync | P::Blocked | P::Failed) => Where::Rest,
+            Some(P::Resolving | P::Verifying | P::Observing) => Where::In(Stage::Source),
+            Some(P::Planning) => Where::In(Stage::Plan),
+            Some(P::ReadyToApply | P::AwaitingApproval) => Where::In(Stage::Decision),
+            Some(P::Applying) => Where::In(Stage::Execution),
+            Some(P::VerifyingConvergence) => Where::In(Stage::Verification),
+            Some(P::Pending | P::Suspended) => Where::Hold,
+        }
+    }
 
     /// The target's engine and coordination identity: the machine reads
     /// them from status, only the controller derives them.

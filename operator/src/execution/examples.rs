@@ -196,6 +196,7 @@ pub fn example(family: OwnerKind, op: OperationType, kind: Kind, namespace: &str
                 key: "ca.crt".into(),
             }),
         },
+        trace: None,
     }
 }
 

@@ -65,6 +65,26 @@ pub enum Command {
     CheckSequence(CheckSequenceArgs),
 }
 
+impl Command {
+    /// The step it runs, as the result document and the runner's span name
+    /// it.
+    pub fn step(&self) -> &'static str {
+        match self {
+            Command::Source(SourceCommand::Check(_)) => "source check",
+            Command::Source(SourceCommand::Fetch(FetchCommand::Git(_))) => "source fetch git",
+            Command::Source(SourceCommand::Fetch(FetchCommand::Oci(_))) => "source fetch oci",
+            Command::Resolve(ResolveCommand::Git(_)) => "resolve git",
+            Command::Resolve(ResolveCommand::Oci(_)) => "resolve oci",
+            Command::Verify(VerifyCommand::Oci(_)) => "verify oci",
+            Command::Observe(_) => "observe",
+            Command::Plan(_) => "plan",
+            Command::History(_) => "history",
+            Command::Apply(_) => "apply",
+            Command::CheckSequence(_) => "check-sequence",
+        }
+    }
+}
+
 /// `ptah-runner check-sequence`.
 #[derive(Args, Debug)]
 pub struct CheckSequenceArgs {

@@ -77,7 +77,11 @@ impl Executor {
                 ))
             })?;
         super::redact::remember_url(&url);
-        Ok(Self::new(program, work_dir, url))
+        let mut exec = Self::new(program, work_dir, url);
+        exec.env.extend(trace_env(|k| {
+            std::env::var(k).ok().filter(|v| !v.is_empty())
+        }));
+        Ok(exec)
     }
 
     /// Ptah at `program`, run in `work_dir` with `url` as its database and
@@ -108,6 +112,38 @@ impl Executor {
     /// Runs `ptah <args>` to its end, within `limit`. A deadline or SIGTERM
     /// sends SIGTERM to the child and waits [`TERM_GRACE`] before killing it.
     pub async fn run(&self, args: &[String], limit: Duration) -> Result<ChildRun, StepError> {
+        use tracing::Instrument;
+        // The command's words only: URLs and credentials never reach argv.
+        let command: Vec<&str> = args
+            .iter()
+            .map(String::as_str)
+            .take_while(|a| !a.starts_with('-'))
+            .take(3)
+            .collect();
+        let span = tracing::info_span!(
+            "ptah",
+            "ptah.command" = %command.join(" "),
+            "process.exit.code" = tracing::field::Empty,
+            "ptah.duration_ms" = tracing::field::Empty,
+            "otel.status_code" = tracing::field::Empty,
+        );
+        let run = self.run_child(args, limit).instrument(span.clone()).await;
+        match &run {
+            Ok(child) => {
+                span.record("process.exit.code", child.exit);
+                span.record("ptah.duration_ms", child.elapsed.as_millis() as u64);
+                if child.exit != 0 {
+                    span.record("otel.status_code", "ERROR");
+                }
+            }
+            Err(_) => {
+                span.record("otel.status_code", "ERROR");
+            }
+        }
+        run
+    }
+
+    async fn run_child(&self, args: &[String], limit: Duration) -> Result<ChildRun, StepError> {
         let mut cmd = Command::new(&self.program);
         cmd.args(args)
             .env_clear()
@@ -186,6 +222,29 @@ impl Executor {
     }
 }
 
+/// What a traced Job passes on to Ptah: where spans go and the context
+/// they belong to, so a Ptah built with its `observability` tag exports its
+/// own spans beside the runner's, carrying the operation id.
+pub const TRACE_ENV: [&str; 6] = [
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "TRACEPARENT",
+    "TRACESTATE",
+];
+
+/// The [`TRACE_ENV`] variables `env` has, when it has a trace context.
+pub fn trace_env(env: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    if env("TRACEPARENT").is_none() {
+        return Vec::new();
+    }
+    TRACE_ENV
+        .iter()
+        .filter_map(|k| env(k).map(|v| (k.to_string(), v)))
+        .collect()
+}
+
 /// Adds the child's time to [`CHILD_MICROS`] however its run ends.
 struct Spent(Instant);
 
@@ -226,6 +285,28 @@ mod tests {
             env: vec![(DB_URL_ENV.into(), "postgres://u:p@h/d".into())],
             limit: 16,
         }
+    }
+
+    #[test]
+    fn ptah_gets_the_trace_context_and_nothing_else_of_it() {
+        let env = |k: &str| match k {
+            "TRACEPARENT" => Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            "OTEL_EXPORTER_OTLP_ENDPOINT" => Some("http://collector:4318".into()),
+            "OTEL_RESOURCE_ATTRIBUTES" => Some("ptah.operation.id=sha256:ab".into()),
+            "OTEL_EXPORTER_OTLP_HEADERS" => Some("authorization=secret".into()),
+            _ => None,
+        };
+        let got: Vec<String> = trace_env(env).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            got,
+            [
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "TRACEPARENT"
+            ]
+        );
+        // An untraced Job passes on nothing.
+        assert!(trace_env(|k| (k == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| "x".into())).is_empty());
     }
 
     #[tokio::test]

@@ -81,41 +81,40 @@ fn operation_step(step: &'static str, c: &CommonArgs, outcome: StepFuture) -> Pl
 /// Runs the step `command` names, within its deadlines.
 pub async fn run_step(command: Command) -> Finished {
     let started = Timestamp::now();
+    let name = command.step();
     let (step, operation, bounds, dispatch, execution, outcome): Planned = match command {
-        Command::Source(SourceCommand::Check(a)) => source_step(
-            "source check",
-            a.bounds.clone(),
-            Box::pin(check_snapshot(a)),
-        ),
+        Command::Source(SourceCommand::Check(a)) => {
+            source_step(name, a.bounds.clone(), Box::pin(check_snapshot(a)))
+        }
         Command::Source(SourceCommand::Fetch(FetchCommand::Git(a))) => {
-            source_step("source fetch git", a.bounds.clone(), Box::pin(fetch_git(a)))
+            source_step(name, a.bounds.clone(), Box::pin(fetch_git(a)))
         }
         Command::Source(SourceCommand::Fetch(FetchCommand::Oci(a))) => {
-            source_step("source fetch oci", a.bounds.clone(), Box::pin(fetch_oci(a)))
+            source_step(name, a.bounds.clone(), Box::pin(fetch_oci(a)))
         }
         Command::Resolve(ResolveCommand::Git(a)) => {
             let c = a.common.clone();
-            operation_step("resolve git", &c, Box::pin(resolve_git(a)))
+            operation_step(name, &c, Box::pin(resolve_git(a)))
         }
         Command::Resolve(ResolveCommand::Oci(a)) => {
             let c = a.common.clone();
-            operation_step("resolve oci", &c, Box::pin(resolve_oci(a)))
+            operation_step(name, &c, Box::pin(resolve_oci(a)))
         }
         Command::Verify(VerifyCommand::Oci(a)) => {
             let c = a.common.clone();
-            operation_step("verify oci", &c, Box::pin(verify_oci(a)))
+            operation_step(name, &c, Box::pin(verify_oci(a)))
         }
         Command::Observe(a) => {
             let c = a.common.clone();
-            operation_step("observe", &c, Box::pin(observe(a)))
+            operation_step(name, &c, Box::pin(observe(a)))
         }
         Command::Plan(a) => {
             let c = a.common.clone();
-            operation_step("plan", &c, Box::pin(plan(a)))
+            operation_step(name, &c, Box::pin(plan(a)))
         }
         Command::History(a) => {
             let c = a.common.clone();
-            operation_step("history", &c, Box::pin(history(a)))
+            operation_step(name, &c, Box::pin(history(a)))
         }
         Command::CheckSequence(_) => {
             // `ptah-runner` answers the hook before any step runs.
@@ -128,7 +127,7 @@ pub async fn run_step(command: Command) -> Finished {
                 timeout: Duration::from_secs(60),
                 result_file: None,
             };
-            source_step("check-sequence", bounds, step)
+            source_step(name, bounds, step)
         }
         Command::Apply(a) => {
             let c = a.database.common.clone();
@@ -140,7 +139,7 @@ pub async fn run_step(command: Command) -> Finished {
                 Box::pin(apply_migrations(a))
             };
             (
-                "apply",
+                name,
                 Some((op, target)),
                 c.bounds,
                 c.dispatch_not_after,
@@ -175,7 +174,10 @@ pub async fn run_step(command: Command) -> Finished {
                 Err(StepError::Terminated) => DELIVERY_AFTER_SIGTERM,
                 _ => deliver::MAX_DELIVERY,
             };
-            let delivering = deliver::deliver(&target, &document, bound);
+            let delivering = tracing::Instrument::instrument(
+                deliver::deliver(&target, &document, bound),
+                tracing::info_span!("deliver"),
+            );
             tokio::pin!(delivering);
             // SIGTERM while delivering leaves the grace period to finish.
             let delivered = tokio::select! {

@@ -209,4 +209,20 @@ pub struct JobInput {
     pub images: Images,
     /// Result delivery.
     pub result: ResultDelivery,
+    /// The change's trace context, and where spans go: every container's
+    /// environment carries it.
+    pub trace: Option<TraceInput>,
+}
+
+/// What a Job's spans need: the W3C context of the stage span they hang
+/// under (the OpenTelemetry environment carrier) and the exporter's
+/// endpoint variables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceInput {
+    /// `TRACEPARENT`.
+    pub traceparent: String,
+    /// `TRACESTATE`.
+    pub tracestate: String,
+    /// `OTEL_EXPORTER_OTLP_*` variables, as the manager has them.
+    pub exporter: Vec<(String, String)>,
 }

@@ -257,6 +257,31 @@ pub fn build_job(input: &JobInput) -> Result<Job, JobBuildError> {
     args.extend(tail);
     let mut operation = container(OPERATION_CONTAINER, image, args);
     operation.env = Some(op_env);
+    let trace_env: Vec<EnvVar> = input
+        .trace
+        .iter()
+        .flat_map(|t| {
+            [
+                env("TRACEPARENT", t.traceparent.clone()),
+                env("TRACESTATE", t.tracestate.clone()),
+                // Every span of the Pod, Ptah's own too, names its operation.
+                env(
+                    "OTEL_RESOURCE_ATTRIBUTES",
+                    format!("ptah.operation.id={}", input.claim.operation_id),
+                ),
+            ]
+            .into_iter()
+            .chain(t.exporter.iter().map(|(k, v)| env(k, v.clone())))
+        })
+        .collect();
+    operation
+        .env
+        .get_or_insert_default()
+        .extend(trace_env.iter().cloned());
+    let init = init.map(|mut c| {
+        c.env.get_or_insert_default().extend(trace_env);
+        c
+    });
     operation.volume_mounts = Some(mounts);
     operation.resources = input.execution.resources.clone();
     let pod = pod_spec(input, operation, init, volumes);

@@ -96,6 +96,7 @@ fn example_job() -> (Job, ClaimInput, String) {
             token_secret_name: "ptah-result-1".into(),
             receiver_ca: None,
         },
+        trace: None,
     };
     let job = build_job(&input).expect("builds");
     (job, input.claim, input.owner.uid)
