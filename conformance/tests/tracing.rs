@@ -530,13 +530,7 @@ async fn without_an_exporter_nothing_is_exported_and_the_metrics_still_move() ->
     .with_context(|| manager.log())?;
     let after = manager.scrape().await?;
     promtool_accepts(&after)?;
-    let value = |text: &str, series: &str| -> f64 {
-        text.lines()
-            .find(|l| l.starts_with(series))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
+    let value = series;
     assert!(
         value(
             &after,
@@ -649,25 +643,11 @@ async fn with_the_backend_down_the_manager_converges_and_says_so_once() -> anyho
 }
 
 fn promtool_accepts(text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    let promtool = conformance::tools::tool("promtool")?;
-    let mut child = std::process::Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
-    child
-        .stdin
-        .take()
-        .context("promtool's stdin")?
-        .write_all(text.as_bytes())?;
-    let out = child.wait_with_output()?;
+    let checked = conformance::testkit::promtool::check_metrics(text)?;
     anyhow::ensure!(
-        out.status.success(),
-        "promtool check metrics refused the exposition:\n{}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        checked.clean(),
+        "promtool check metrics refused the exposition:\n{}\n{text}",
+        checked.output
     );
     Ok(())
 }

@@ -133,26 +133,9 @@ pub async fn approve_schema(
     s: &operator::api::PtahSchema,
     name: &str,
 ) -> anyhow::Result<operator::api::PtahSchemaApproval> {
-    use kube::ResourceExt;
-    let plan = s
-        .status
-        .as_ref()
-        .and_then(|st| st.plan.clone())
-        .context("status.plan")?;
-    create_admitted(
-        ns,
-        serde_json::json!({
-            "apiVersion": "operator.ptah.run/v1alpha1",
-            "kind": "PtahSchemaApproval",
-            "metadata": {"name": name},
-            "spec": {
-                "schemaRef": {"name": s.name_any(), "uid": s.uid().unwrap_or_default()},
-                "planRef": {"name": plan.name, "uid": plan.uid},
-                "planFingerprint": plan.fingerprint,
-            }
-        }),
-    )
-    .await
+    let plan = s.status.as_ref().and_then(|st| st.plan.as_ref());
+    let plan = plan.map(|p| (p.name.clone(), p.uid.clone(), p.fingerprint.clone()));
+    approve(ns, s, "PtahSchemaApproval", "schemaRef", plan, name).await
 }
 
 /// Approves the plan `m` awaits as the approval `name`, as a person would.
@@ -161,22 +144,41 @@ pub async fn approve_migration(
     m: &operator::api::PtahMigration,
     name: &str,
 ) -> anyhow::Result<operator::api::PtahMigrationApproval> {
+    let plan = m.status.as_ref().and_then(|st| st.plan.as_ref());
+    let plan = plan.map(|p| (p.name.clone(), p.uid.clone(), p.fingerprint.clone()));
+    approve(ns, m, "PtahMigrationApproval", "migrationRef", plan, name).await
+}
+
+/// An approval of kind `kind` of `plan` (name, UID, fingerprint) of `obj`.
+async fn approve<O, K>(
+    ns: &TestNamespace,
+    obj: &O,
+    kind: &str,
+    reference: &str,
+    plan: Option<(String, String, String)>,
+    name: &str,
+) -> anyhow::Result<K>
+where
+    O: kube::Resource,
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+    <K as kube::Resource>::DynamicType: Default,
+{
     use kube::ResourceExt;
-    let plan = m
-        .status
-        .as_ref()
-        .and_then(|st| st.plan.clone())
-        .context("status.plan")?;
+    let (plan_name, plan_uid, fingerprint) = plan.context("status.plan")?;
     create_admitted(
         ns,
         serde_json::json!({
             "apiVersion": "operator.ptah.run/v1alpha1",
-            "kind": "PtahMigrationApproval",
+            "kind": kind,
             "metadata": {"name": name},
             "spec": {
-                "migrationRef": {"name": m.name_any(), "uid": m.uid().unwrap_or_default()},
-                "planRef": {"name": plan.name, "uid": plan.uid},
-                "planFingerprint": plan.fingerprint,
+                reference: {"name": obj.name_any(), "uid": obj.uid().unwrap_or_default()},
+                "planRef": {"name": plan_name, "uid": plan_uid},
+                "planFingerprint": fingerprint,
             }
         }),
     )

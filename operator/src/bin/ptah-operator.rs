@@ -262,3 +262,47 @@ fn hostname() -> String {
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "ptah-operator".into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let runner = format!("--runner-image=ghcr.io/ptah-run/ptah-operator@{digest}");
+        let executor = format!("--executor-image=ghcr.io/ptah-run/ptah-executor@{digest}");
+        let mut argv = vec![
+            "ptah-operator",
+            "--token-key-file=/tmp/key",
+            runner.as_str(),
+            executor.as_str(),
+        ];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv)
+    }
+
+    #[test]
+    fn the_metrics_address_is_an_address_or_none() {
+        let a = parse(&[]).expect("the defaults parse");
+        assert_eq!(
+            a.metrics_listen.0,
+            Some("0.0.0.0:8080".parse().expect("addr"))
+        );
+        let a = parse(&["--metrics-listen=127.0.0.1:0"]).expect("an address");
+        assert_eq!(
+            a.metrics_listen.0,
+            Some("127.0.0.1:0".parse().expect("addr"))
+        );
+        assert!(
+            parse(&["--metrics-listen=none"])
+                .expect("none")
+                .metrics_listen
+                .0
+                .is_none()
+        );
+        let Err(e) = parse(&["--metrics-listen=nowhere"]) else {
+            panic!("an address that is none was taken");
+        };
+        assert!(e.to_string().contains("is not an address"), "{e}");
+    }
+}

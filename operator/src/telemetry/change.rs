@@ -458,33 +458,7 @@ mod tests {
     }
 
     fn entry(type_: JournalEntryType, s: i64) -> JournalEntry {
-        JournalEntry {
-            type_,
-            time: Time(t(s)),
-            operation_id: None,
-            plan_name: None,
-            plan_uid: None,
-            plan_fingerprint: None,
-            approval_required: None,
-            replaced: None,
-            approval_name: None,
-            approval_uid: None,
-            approver: None,
-            authorization: None,
-            job_name: None,
-            job_uid: None,
-            outcome: None,
-            reason: None,
-            operation: None,
-            count: None,
-            last_time: None,
-            started_at: None,
-            applied_count: None,
-            failure: None,
-            acknowledgment_name: None,
-            acknowledgment_uid: None,
-            acknowledged_by: None,
-        }
+        JournalEntry::new(type_, Time(t(s)))
     }
 
     use Where::{Hold, In, Rest};
