@@ -89,7 +89,6 @@ impl RunnerTrace {
         let spans = Collect::default();
         let provider = SdkTracerProvider::builder()
             .with_span_processor(spans.clone())
-            .with_resource(export::resource("ptah-runner", pod_attributes()))
             .build();
         let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("ptah-runner"));
         let subscriber = tracing_subscriber::registry().with(layer);
@@ -129,7 +128,8 @@ impl RunnerTrace {
     }
 }
 
-/// The Pod the runner runs in, from the downward API variables the Job sets.
+/// The Pod the runner runs in, from the downward API variables the Job sets:
+/// the resource the exporter sends the collected spans under.
 fn pod_attributes() -> Vec<KeyValue> {
     let env = |k: &str| std::env::var(k).ok();
     [
