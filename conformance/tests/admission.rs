@@ -9,6 +9,7 @@
 //! approval of the old plan. The same for a PtahMigrationApproval and a
 //! PtahMigrationRunAcknowledgment bound to `status.unresolvedRun`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -23,7 +24,7 @@ use conformance::harness::Harness;
 use conformance::testkit::admission::Webhooks;
 use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
 use conformance::testkit::wait::Patience;
-use operator::admission::{handler, webhook_configurations};
+use operator::admission::{StampKey, handler, webhook_configurations};
 use operator::api::{
     PtahMigration, PtahMigrationApproval, PtahMigrationPlan, PtahMigrationRunAcknowledgment,
     PtahSchema, PtahSchemaApproval, PtahSchemaPlan,
@@ -68,7 +69,8 @@ impl Scope {
         let tls = Tls::self_signed(&["127.0.0.1"])?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
-        let routes = Routes::new().route("/admission/", handler(client.clone()));
+        let key = StampKey::of(&operator::execution::receiver::TokenKey::generate());
+        let routes = Routes::new().route("/admission/", handler(client.clone(), Arc::new(key)));
         let ca_pem = tls.ca_pem.clone();
         let server = tokio::spawn(async move { serve(listener, &tls, routes, 1 << 20).await });
         let url = format!("https://127.0.0.1:{port}");

@@ -28,7 +28,9 @@ use serde_json::{Value, json};
 use conformance::harness::Harness;
 use conformance::testkit::manager::{Manager, ManagerSpec};
 use conformance::testkit::namespace::TestNamespace;
+use conformance::testkit::operator::{Operator, create_admitted};
 use conformance::testkit::wait::Patience;
+use operator::admission::webhook_configurations;
 use operator::api::condition::{MigrationConditionType, MigrationPhase, Reason, SchemaPhase};
 use operator::api::journal::JournalEntryType;
 use operator::api::migration::PtahMigration;
@@ -260,7 +262,8 @@ async fn a_hold_put_back_from_its_annotation_blocks_until_acknowledged() -> anyh
     let mut manifest = migration("orders", "orders", "1h");
     manifest["metadata"]["annotations"] = json!({UNRESOLVED_RUN: run.to_string()});
     let created = ns.create::<PtahMigration>(manifest).await?;
-    let manager = Manager::start(&ns, &ManagerSpec::default())?;
+    // Its webhooks stamp the acknowledgment, as a person's would be.
+    let manager = Operator::start(&ns, webhook_configurations).await?;
 
     let m = until(&ns, "orders", "the hold back from its annotation", |m| {
         m.status
@@ -282,16 +285,17 @@ async fn a_hold_put_back_from_its_annotation_blocks_until_acknowledged() -> anyh
     );
 
     // A person establishes what the run did and acknowledges it.
-    ns.create::<PtahMigrationRunAcknowledgment>(json!({
-        "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahMigrationRunAcknowledgment",
-        "metadata": {"name": "orders-run"},
-        "spec": {
-            "migrationRef": {"name": "orders", "uid": created.metadata.uid},
-            "operationID": operation,
-            "acknowledgedBy": {"username": "alice"},
-            "acknowledgedAt": "2026-11-30T09:00:00Z",
-        },
-    }))
+    create_admitted::<PtahMigrationRunAcknowledgment>(
+        &ns,
+        json!({
+            "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahMigrationRunAcknowledgment",
+            "metadata": {"name": "orders-run"},
+            "spec": {
+                "migrationRef": {"name": "orders", "uid": created.metadata.uid},
+                "operationID": operation,
+            },
+        }),
+    )
     .await?;
     let m = until(&ns, "orders", "the hold released", |m| {
         m.status

@@ -71,6 +71,23 @@ pub struct Tls {
     /// The CA certificate (PEM) clients trust: the receiver CA ConfigMap's
     /// content.
     pub ca_pem: String,
+    /// The serving certificate every handshake takes: swapped in place by
+    /// [`Tls::reload_from`].
+    current: Arc<Current>,
+}
+
+/// The certificate new handshakes are served; a handshake under way keeps
+/// the one it took.
+#[derive(Debug)]
+struct Current(std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>);
+
+impl rustls::server::ResolvesServerCert for Current {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.read().unwrap_or_else(|e| e.into_inner()).clone())
+    }
 }
 
 /// Why a TLS configuration could not be made.
@@ -154,11 +171,67 @@ impl Tls {
             return Err(pem(ca, "no PEM certificate").into());
         }
         let ca_pem = String::from_utf8(ca_bytes).map_err(|_| pem(ca, "not UTF-8"))?;
+        let current = Arc::new(Current(std::sync::RwLock::new(certified(chain, private)?)));
         Ok(Tls {
-            config: server_config(chain, private)?,
+            config: server_config(current.clone())?,
             ca_pem,
+            current,
         })
     }
+
+    /// Reads the certificate chain and key again every `every` and serves
+    /// them from the next handshake on when they changed and are a valid
+    /// pair: a rotated Secret is picked up without a restart, and a pair
+    /// caught half-written is tried again at the next tick. Runs until the
+    /// process ends.
+    pub async fn reload_from(
+        self,
+        cert: std::path::PathBuf,
+        key: std::path::PathBuf,
+        every: Duration,
+    ) {
+        let read = || Some((std::fs::read(&cert).ok()?, std::fs::read(&key).ok()?));
+        let mut last = read();
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let now = read();
+            if now.is_none() || now == last {
+                continue;
+            }
+            let Some((chain, private)) = &now else {
+                continue;
+            };
+            let parsed = CertificateDer::pem_slice_iter(chain)
+                .collect::<Result<Vec<_>, _>>()
+                .ok()
+                .zip(PrivateKeyDer::from_pem_slice(private).ok())
+                .and_then(|(chain, private)| certified(chain, private).ok());
+            match parsed {
+                Some(next) => {
+                    *self.current.0.write().unwrap_or_else(|e| e.into_inner()) = next;
+                    tracing::info!(cert = %cert.display(), "serving certificate reloaded");
+                    last = now;
+                }
+                None => {
+                    tracing::debug!(cert = %cert.display(), "certificate files changed but are not a pair yet")
+                }
+            }
+        }
+    }
+}
+
+/// A chain and its key, checked to belong together.
+fn certified(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::sign::CertifiedKey>, TlsError> {
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let signing = provider.key_provider.load_private_key(key)?;
+    let certified = rustls::sign::CertifiedKey::new(chain, signing);
+    certified.keys_match()?;
+    Ok(Arc::new(certified))
 }
 
 /// Generates a CA and a serving leaf for `hosts` and writes them into `dir`
@@ -208,15 +281,12 @@ fn write_self_signed(
     Ok((cert, key, ca))
 }
 
-fn server_config(
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+fn server_config(current: Arc<Current>) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
-        .with_single_cert(chain, key)?;
+        .with_cert_resolver(current);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -236,6 +306,12 @@ pub async fn serve(
         max_body_bytes,
     )
     .await
+}
+
+/// `200 ok` to any request: the liveness and readiness probes' answer while
+/// the process serves at all.
+pub fn healthz() -> Handler {
+    Arc::new(|_req| Box::pin(async { Response::new(Bytes::from_static(b"ok\n")) }))
 }
 
 /// Serves plain HTTP (the metrics endpoint, which holds nothing secret).
@@ -400,5 +476,53 @@ mod tests {
             .to_string();
         assert!(e.contains("junk.pem"), "{e}");
         assert!(!e.contains("not pem"), "{e}");
+    }
+
+    fn served(tls: &Tls) -> Vec<u8> {
+        tls.current.0.read().unwrap().cert[0].as_ref().to_vec()
+    }
+
+    #[tokio::test]
+    async fn a_rotated_pair_is_served_from_the_next_handshake_and_a_mismatched_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let tls = Tls::self_signed_in(dir.path(), &["127.0.0.1"]).unwrap();
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        let first = served(&tls);
+        let reload = tokio::spawn(tls.clone().reload_from(
+            cert.clone(),
+            key.clone(),
+            Duration::from_millis(20),
+        ));
+        let wait_for = |what: &'static str, f: Box<dyn Fn() -> bool>| async move {
+            for _ in 0..200 {
+                if f() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("{what}");
+        };
+        // Another pair, as a replaced Secret holds it.
+        let other = tempfile::tempdir().unwrap();
+        write_self_signed(other.path(), &["127.0.0.1"]).unwrap();
+        let new_cert = std::fs::read(other.path().join("tls.crt")).unwrap();
+        let new_key = std::fs::read(other.path().join("tls.key")).unwrap();
+        // Half-written: the new chain with the old key is no pair.
+        std::fs::write(&cert, &new_cert).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(served(&tls), first, "a chain without its key is not served");
+        std::fs::write(&key, &new_key).unwrap();
+        let t = tls.clone();
+        wait_for(
+            "the new pair is served",
+            Box::new(move || served(&t) != first),
+        )
+        .await;
+        let pem = CertificateDer::pem_slice_iter(&new_cert)
+            .next()
+            .unwrap()
+            .unwrap();
+        assert_eq!(served(&tls), pem.as_ref().to_vec());
+        reload.abort();
     }
 }

@@ -764,6 +764,7 @@ pub fn schema_approval_example() -> PtahSchemaApproval {
             approver: Some(identity()),
             approved_at: Some(at(30)),
             mutation_request_uid: Some("admission-uid".into()),
+            stamp_signature: None,
         },
     );
     approval.metadata = meta("approve-abc");
@@ -788,6 +789,7 @@ pub fn migration_approval_example() -> PtahMigrationApproval {
             approver: Some(identity()),
             approved_at: Some(at(30)),
             mutation_request_uid: Some("admission-uid".into()),
+            stamp_signature: None,
         },
     );
     approval.metadata = meta("approve-abc");
@@ -811,6 +813,7 @@ pub fn acknowledgment_example() -> PtahMigrationRunAcknowledgment {
             acknowledged_by: Some(identity()),
             acknowledged_at: Some(at(130)),
             mutation_request_uid: Some("admission-uid".into()),
+            stamp_signature: None,
         },
     );
     ack.metadata = meta("ack-1");

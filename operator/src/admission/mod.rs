@@ -14,6 +14,7 @@
 //! [`config::webhook_configurations`] is how the API server is told to call it.
 
 pub mod config;
+pub mod signature;
 pub mod stamp;
 pub mod validate;
 mod webhook;
@@ -25,11 +26,13 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::api::{
-    PtahMigration, PtahMigrationApproval, PtahMigrationPlan, PtahMigrationRunAcknowledgment,
-    PtahSchema, PtahSchemaApproval, PtahSchemaPlan,
+    PtahMigration, PtahMigrationApproval, PtahMigrationApprovalSpec, PtahMigrationPlan,
+    PtahMigrationRunAcknowledgment, PtahMigrationRunAcknowledgmentSpec, PtahSchema,
+    PtahSchemaApproval, PtahSchemaApprovalSpec, PtahSchemaPlan,
 };
 
 pub use config::webhook_configurations;
+pub use signature::{STAMP_SIGNATURE_FIELD, StampKey, Unsigned};
 pub use stamp::{Reviewed, StampError, identity_of, stamp};
 pub use validate::{
     Refusal, validate_acknowledgment, validate_migration_approval, validate_schema_approval,
@@ -53,9 +56,13 @@ fn spec_of(object: Option<&DynamicObject>) -> Option<&Value> {
     object.and_then(|o| o.data.get("spec"))
 }
 
-/// The mutating review: on CREATE of a reviewed kind, the stamp; anything
-/// else passes unchanged.
-pub fn review_mutation(req: &AdmissionRequest<DynamicObject>, now: &Time) -> AdmissionResponse {
+/// The mutating review: on CREATE of a reviewed kind, the stamp, signed
+/// with `key`; anything else passes unchanged.
+pub fn review_mutation(
+    req: &AdmissionRequest<DynamicObject>,
+    now: &Time,
+    key: &StampKey,
+) -> AdmissionResponse {
     let Some(kind) = Reviewed::from_gvk(&req.kind) else {
         return unexpected_kind(req);
     };
@@ -65,13 +72,57 @@ pub fn review_mutation(req: &AdmissionRequest<DynamicObject>, now: &Time) -> Adm
     }
     let null = Value::Null;
     let object = req.object.as_ref().map_or(&null, |o| &o.data);
-    match stamp(kind, object, &req.user_info, &req.uid, now) {
+    let signed = stamp(kind, object, &req.user_info, &req.uid, now)
+        .map_err(|e| e.to_string())
+        .and_then(|patch| sign(kind, req.namespace.as_deref(), object, patch, key));
+    match signed {
         Ok(patch) => match AdmissionResponse::from(req).with_patch(patch) {
             Ok(response) => response,
             Err(e) => AdmissionResponse::from(req).deny(e),
         },
         Err(e) => AdmissionResponse::from(req).deny(e),
     }
+}
+
+/// `patch` with one more operation: the signature of the spec it makes, as
+/// the kind's type reads it back (so the manager, reading the stored object,
+/// signs the same bytes).
+fn sign(
+    kind: Reviewed,
+    namespace: Option<&str>,
+    object: &Value,
+    mut patch: json_patch::Patch,
+    key: &StampKey,
+) -> Result<json_patch::Patch, String> {
+    let namespace = namespace.ok_or_else(|| {
+        format!(
+            "metadata.namespace: a {} is namespaced; the review names no namespace",
+            kind.kind()
+        )
+    })?;
+    let mut stamped = object.clone();
+    json_patch::patch(&mut stamped, &patch).map_err(|e| format!("spec: {e}"))?;
+    // Only the spec is read back; metadata of a creation may lack a name.
+    let spec = stamped.get("spec").cloned().unwrap_or(Value::Null);
+    let not_typed = |e: serde_json::Error| format!("spec: not a well-formed {}: {e}", kind.kind());
+    let signature = match kind {
+        Reviewed::SchemaApproval => serde_json::from_value::<PtahSchemaApprovalSpec>(spec)
+            .map(|s| key.sign(kind.kind(), namespace, &s)),
+        Reviewed::MigrationApproval => serde_json::from_value::<PtahMigrationApprovalSpec>(spec)
+            .map(|s| key.sign(kind.kind(), namespace, &s)),
+        Reviewed::RunAcknowledgment => {
+            serde_json::from_value::<PtahMigrationRunAcknowledgmentSpec>(spec)
+                .map(|s| key.sign(kind.kind(), namespace, &s))
+        }
+    }
+    .map_err(not_typed)?;
+    patch
+        .0
+        .push(json_patch::PatchOperation::Add(json_patch::AddOperation {
+            path: json_patch::jsonptr::PointerBuf::from_tokens(["spec", STAMP_SIGNATURE_FIELD]),
+            value: Value::String(signature),
+        }));
+    Ok(patch)
 }
 
 /// A created object to validate, typed, with what must be read for it.

@@ -14,6 +14,10 @@ fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(1_767_225_600).expect("time"))
 }
 
+fn key() -> StampKey {
+    StampKey::of(&crate::execution::receiver::TokenKey::generate())
+}
+
 fn request(
     kind: &str,
     operation: &str,
@@ -70,7 +74,8 @@ fn the_mutating_review_of_a_creation_patches_in_the_stamps() {
     let mut spec = refs();
     spec["approver"] = json!({"username": "mallory"});
     let req = request("PtahSchemaApproval", "CREATE", approval(spec), None);
-    let response = review_mutation(&req, &now());
+    let key = key();
+    let response = review_mutation(&req, &now(), &key);
     assert!(response.allowed);
     assert_eq!(response.uid, "req-uid-1");
     let patch: json_patch::Patch =
@@ -83,6 +88,22 @@ fn the_mutating_review_of_a_creation_patches_in_the_stamps() {
     );
     assert_eq!(object["spec"]["approvedAt"], json!("2026-01-01T00:00:00Z"));
     assert_eq!(object["spec"]["mutationRequestUID"], json!("req-uid-1"));
+    // Signed so that the manager, reading the stored object back, verifies
+    // it; and a forged approver breaks the signature.
+    let mut stored: PtahSchemaApproval = serde_json::from_value(object).expect("typed");
+    assert_eq!(
+        key.verify("PtahSchemaApproval", "orders", &stored.spec),
+        Ok(())
+    );
+    assert_eq!(
+        key.verify("PtahSchemaApproval", "elsewhere", &stored.spec),
+        Err(Unsigned::Mismatch)
+    );
+    stored.spec.approver.as_mut().expect("approver").username = "mallory".into();
+    assert_eq!(
+        key.verify("PtahSchemaApproval", "orders", &stored.spec),
+        Err(Unsigned::Mismatch)
+    );
     // The patch type goes with the patch.
     let wire = serde_json::to_value(response.into_review()).expect("json");
     assert_eq!(wire["response"]["patchType"], json!("JSONPatch"));
@@ -97,7 +118,7 @@ fn the_mutating_review_of_an_update_changes_nothing() {
         approval(stamped()),
         Some(approval(stamped())),
     );
-    let response = review_mutation(&req, &now());
+    let response = review_mutation(&req, &now(), &key());
     assert!(response.allowed);
     assert_eq!(response.patch, None);
 }
@@ -106,7 +127,7 @@ fn the_mutating_review_of_an_update_changes_nothing() {
 fn a_review_of_an_unexpected_kind_is_allowed_with_a_warning() {
     let req = request("PtahSchema", "CREATE", json!({"spec": {}}), None);
     for response in [
-        review_mutation(&req, &now()),
+        review_mutation(&req, &now(), &key()),
         match review_validation(&req) {
             Validation::Answer(r) => *r,
             Validation::Read { .. } => panic!("nothing to read for an unexpected kind"),
@@ -127,7 +148,7 @@ fn a_review_of_an_unexpected_kind_is_allowed_with_a_warning() {
 fn the_mutating_review_of_an_anonymous_creation_is_denied() {
     let mut req = request("PtahSchemaApproval", "CREATE", approval(refs()), None);
     req.user_info.username = None;
-    let response = review_mutation(&req, &now());
+    let response = review_mutation(&req, &now(), &key());
     assert!(!response.allowed);
     assert!(response.result.message.starts_with("userInfo.username:"));
 }

@@ -17,7 +17,7 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::config::{MUTATE_PATH, VALIDATE_PATH};
-use super::{Observed, Subject, Validation, decide, review_mutation, review_validation};
+use super::{Observed, StampKey, Subject, Validation, decide, review_mutation, review_validation};
 use crate::api::{PtahMigration, PtahMigrationPlan, PtahSchema, PtahSchemaPlan};
 use crate::server::Handler;
 
@@ -35,15 +35,16 @@ pub struct ReadError {
 }
 
 /// Serves POST `/admission/mutate` and `/admission/validate`; the client
-/// reads the resources and plans that approvals and acknowledgments name.
-pub fn handler(client: Client) -> Handler {
+/// reads the resources and plans that approvals and acknowledgments name,
+/// and `key` signs every stamp.
+pub fn handler(client: Client, key: Arc<StampKey>) -> Handler {
     Arc::new(move |req| {
-        let client = client.clone();
-        Box::pin(async move { serve(&client, req).await })
+        let (client, key) = (client.clone(), key.clone());
+        Box::pin(async move { serve(&client, &key, req).await })
     })
 }
 
-async fn serve(client: &Client, req: Request<Bytes>) -> Response<Bytes> {
+async fn serve(client: &Client, key: &StampKey, req: Request<Bytes>) -> Response<Bytes> {
     let path = req.uri().path();
     if path != MUTATE_PATH && path != VALIDATE_PATH {
         return plain(StatusCode::NOT_FOUND, "no such path");
@@ -59,7 +60,7 @@ async fn serve(client: &Client, req: Request<Bytes>) -> Response<Bytes> {
         Err(reason) => return plain(StatusCode::BAD_REQUEST, &reason),
     };
     let response = if path == MUTATE_PATH {
-        review_mutation(&request, &Time(k8s_openapi::jiff::Timestamp::now()))
+        review_mutation(&request, &Time(k8s_openapi::jiff::Timestamp::now()), key)
     } else {
         validate(client, &request).await
     };
@@ -199,7 +200,12 @@ mod tests {
 
     #[tokio::test]
     async fn the_handler_answers_reviews_as_json_and_malformed_bodies_with_400() {
-        let handler = handler(unreachable_client());
+        let handler = handler(
+            unreachable_client(),
+            Arc::new(StampKey::of(
+                &crate::execution::receiver::TokenKey::generate(),
+            )),
+        );
         let malformed = handler(post("/admission/validate", serde_json::json!({}))).await;
         assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
         let wrong_path = handler(post("/admission/other", serde_json::json!({}))).await;

@@ -76,6 +76,11 @@ pub struct PtahSchemaApprovalSpec {
     )]
     #[schemars(length(max = 128))]
     pub mutation_request_uid: Option<String>,
+    /// The admission webhook's signature of this stamp, with a key only the
+    /// manager holds: a stamp it cannot verify authorizes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 80))]
+    pub stamp_signature: Option<String>,
 }
 
 /// A person's approval of one exact migration sequence against one history.
@@ -145,6 +150,11 @@ pub struct PtahMigrationApprovalSpec {
     )]
     #[schemars(length(max = 128))]
     pub mutation_request_uid: Option<String>,
+    /// The admission webhook's signature of this stamp, with a key only the
+    /// manager holds: a stamp it cannot verify authorizes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 80))]
+    pub stamp_signature: Option<String>,
 }
 
 /// What became of an approval.
@@ -230,6 +240,11 @@ pub struct PtahMigrationRunAcknowledgmentSpec {
     )]
     #[schemars(length(max = 128))]
     pub mutation_request_uid: Option<String>,
+    /// The admission webhook's signature of this stamp, with a key only the
+    /// manager holds: a stamp it cannot verify authorizes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 80))]
+    pub stamp_signature: Option<String>,
 }
 
 /// What became of an acknowledgment.
@@ -258,6 +273,10 @@ pub trait Approval:
     + Sync
     + 'static
 {
+    /// Its spec's type, which admission's signature covers.
+    type Spec: Serialize;
+    /// Its spec.
+    fn spec(&self) -> &Self::Spec;
     /// The resource it approves a plan of.
     fn owner(&self) -> &ObjectRef;
     /// The plan it approves.
@@ -284,8 +303,12 @@ pub trait Approval:
 /// Implements [`Approval`] on an approval kind by the field naming its
 /// resource.
 macro_rules! approval {
-    ($kind:ty, $owner:ident) => {
+    ($kind:ty, $spec:ty, $owner:ident) => {
         impl Approval for $kind {
+            type Spec = $spec;
+            fn spec(&self) -> &$spec {
+                &self.spec
+            }
             fn owner(&self) -> &ObjectRef {
                 &self.spec.$owner
             }
@@ -311,5 +334,9 @@ macro_rules! approval {
     };
 }
 
-approval!(PtahSchemaApproval, schema_ref);
-approval!(PtahMigrationApproval, migration_ref);
+approval!(PtahSchemaApproval, PtahSchemaApprovalSpec, schema_ref);
+approval!(
+    PtahMigrationApproval,
+    PtahMigrationApprovalSpec,
+    migration_ref
+);

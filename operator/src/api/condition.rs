@@ -345,6 +345,9 @@ pub enum Reason {
     StaleObservation,
     /// The plan is stale.
     StalePlan,
+    /// An approval's or acknowledgment's stamp carries no signature of this
+    /// operator's admission webhook: it authorizes nothing.
+    StampNotSigned,
     /// Succeeded.
     Succeeded,
     /// A newer approval superseded this one.

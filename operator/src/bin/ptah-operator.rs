@@ -78,6 +78,19 @@ struct Args {
     /// This manager's identity on Leases and Events (default: host and pid).
     #[arg(long, env = "PTAH_HOLDER")]
     holder: Option<String>,
+    /// Reconcile only while holding the leader Lease (`--leader-election-lease`):
+    /// for two or more replicas. Without it this process always reconciles.
+    #[arg(long, env = "PTAH_LEADER_ELECT")]
+    leader_elect: bool,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "ptah-operator-leader")]
+    leader_election_lease: String,
+    /// Namespace of the leader Lease (default: the coordination namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// How long a leader holds its Lease without renewing, in seconds.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=300))]
+    leader_election_duration_seconds: u64,
     /// How long a realm Lease lasts without renewal, in seconds.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(i32).range(5..=86460))]
     lease_duration_seconds: i32,
@@ -184,13 +197,24 @@ async fn main() -> anyhow::Result<()> {
     // chart registers them (`admission::webhook_configurations`).
     let routes = Routes::new().route(RESULTS_PATH, receiver.handler()).route(
         "/admission/",
-        ptah_operator::admission::handler(client.clone()),
+        ptah_operator::admission::handler(
+            client.clone(),
+            Arc::new(ptah_operator::admission::StampKey::of(&key)),
+        ),
     );
     let routes = routes.route(
         PLANS_PATH,
         Arc::new(Receiver::new(client.clone(), key.clone())).plan_handler(),
     );
     let ca_pem = tls.ca_pem.clone();
+    // A certificate from files (a mounted Secret) is followed as it rotates.
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        tokio::spawn(tls.clone().reload_from(
+            cert.clone(),
+            key.clone(),
+            std::time::Duration::from_secs(5),
+        ));
+    }
     let server = tokio::spawn(async move { server::serve(listener, &tls, routes, 9 << 20).await });
     let execution = ExecutionBinding {
         epoch: epoch_of(&[
@@ -243,18 +267,65 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("listening on {addr} for metrics"))?;
             tracing::info!(metrics = %listener.local_addr()?, "serving /metrics");
-            let routes = Routes::new().route("/metrics", controller::metrics_handler(ctx.clone()));
+            let routes = Routes::new()
+                .route("/metrics", controller::metrics_handler(ctx.clone()))
+                .route("/healthz", server::healthz());
             tokio::spawn(server::serve_plain(listener, routes))
         }
         None => tokio::spawn(std::future::pending()),
     };
+    let election = args.leader_elect.then(|| controller::leader::Election {
+        lease: args.leader_election_lease.clone(),
+        namespace: args
+            .leader_election_namespace
+            .clone()
+            .unwrap_or_else(|| args.coordination_namespace.clone()),
+        identity: ctx.config.holder.clone(),
+        duration_seconds: args.leader_election_duration_seconds,
+    });
+    let reconcile = async {
+        match &election {
+            Some(election) => {
+                controller::leader::lead(
+                    ctx.client.clone(),
+                    election,
+                    controller::run(ctx.clone()),
+                    terminated(),
+                )
+                .await
+            }
+            None => {
+                tokio::select! {
+                    () = controller::run(ctx.clone()) => {}
+                    () = terminated() => {}
+                }
+                Ok(())
+            }
+        }
+    };
     let done = tokio::select! {
-        () = controller::run(ctx.clone()) => Ok(()),
+        res = reconcile => res.map_err(anyhow::Error::from),
         res = server => res.context("the server task")?.context("serving"),
         res = metrics => res.context("the metrics task")?.context("serving metrics"),
     };
     ctx.telemetry.spans.flush();
     done
+}
+
+/// SIGTERM or SIGINT: the kubelet stopping the Pod, or a person.
+async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::info!("stopping on a signal");
 }
 
 fn hostname() -> String {

@@ -136,12 +136,27 @@ impl Family for PtahMigration {
         };
         let uid = pass.uid();
         let ns = pass.ns.as_str();
-        let found = pass.ctx.stores().acknowledgments.find(|a| {
+        let kind = <crate::api::PtahMigrationRunAcknowledgment as kube::Resource>::kind(&());
+        let of_run = pass.ctx.stores().acknowledgments.state_filter(|a| {
             a.metadata.namespace.as_deref() == Some(ns)
                 && a.spec.migration_ref.uid == uid
                 && a.spec.operation_id == run.operation_id
                 && a.spec.acknowledged_by.is_some()
         });
+        let (found, unsigned): (Vec<_>, Vec<_>) = of_run
+            .into_iter()
+            .partition(|a| pass.ctx.stamp_key.verify(&kind, ns, &a.spec).is_ok());
+        if found.is_empty()
+            && let Some(a) = unsigned.first()
+        {
+            // Said on every pass that finds it, so Events dedupe it.
+            let message = format!(
+                "acknowledgment {} settles nothing: its stamp carries no signature of this operator's admission webhook; create it again through the API server with the operator's webhooks registered",
+                a.name_any()
+            );
+            super::runtime::event(pass.ctx, &pass.obj, true, Reason::StampNotSigned, message).await;
+        }
+        let found = found.into_iter().next();
         Ok(found
             .map(|a| {
                 Observation::Acknowledged(AcknowledgmentSeen {

@@ -23,6 +23,7 @@ use family::Family;
 mod harvest;
 mod inputs;
 mod job_input;
+pub mod leader;
 mod migration;
 mod migration_dispatch;
 mod migration_harvest;
@@ -102,6 +103,9 @@ pub struct Context {
     pub leases: Leases,
     /// The key result tokens are derived from.
     pub token_key: Arc<TokenKey>,
+    /// The key admission signs stamps with (derived from the token key):
+    /// an approval or acknowledgment it cannot verify counts for nothing.
+    pub stamp_key: crate::admission::StampKey,
     /// The CA Pods trust the receiver by, published to each namespace.
     pub receiver_ca_pem: String,
     /// Events.
@@ -155,6 +159,7 @@ impl Context {
             client,
             config,
             leases,
+            stamp_key: crate::admission::StampKey::of(&token_key),
             token_key,
             receiver_ca_pem,
             recorder,

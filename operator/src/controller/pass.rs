@@ -24,7 +24,7 @@ use super::harvest;
 use super::runtime::{self, ClaimJob, Dispatch, GenerationMove, InputChange, Requeue, Snapshot};
 use super::{Context, Error, FaultPoint, kube_err};
 use crate::api::approval::Approval;
-use crate::api::condition::{ApprovalConditionType, Reason};
+use crate::api::condition::{ApprovalConditionType, ConditionStatus, Reason};
 use crate::api::status::{
     ActiveOperation, Authorization, OperationStatus, OperationType, PendingLockRelease,
 };
@@ -382,7 +382,7 @@ impl<F: Family> Pass<'_, F> {
             }));
         }
         obs.extend(self.claim_observations(&st).await?);
-        obs.extend(self.approval_observations(&st));
+        obs.extend(self.approval_observations(&st).await?);
         obs.extend(F::own_observations(self, &st).await?);
         Ok(obs)
     }
@@ -486,9 +486,11 @@ impl<F: Family> Pass<'_, F> {
     }
 
     /// Approvals, from the store: the one an Apply claim names, or one of
-    /// the plan awaited.
-    fn approval_observations(&self, st: &F::Status) -> Vec<F::Observation> {
+    /// the plan awaited. Only an approval whose stamp admission signed
+    /// counts; one of the plan awaited that is not signed is marked so.
+    async fn approval_observations(&self, st: &F::Status) -> Result<Vec<F::Observation>, Error> {
         let store = F::approvals(self.ctx.stores());
+        let signed = |a: &F::Approval| self.signed(a).is_ok();
         let mut obs = Vec::new();
         match (st.active_operation(), F::awaiting_approval(st)) {
             (Some(c), _)
@@ -499,7 +501,7 @@ impl<F: Family> Pass<'_, F> {
                 let gone = c.approval_name.as_ref().is_none_or(|name| {
                     store
                         .get(&ObjectRef::new(name).within(&self.ns))
-                        .is_none_or(|a| a.meta().uid != c.approval_uid)
+                        .is_none_or(|a| a.meta().uid != c.approval_uid || !signed(&a))
                 });
                 if gone {
                     obs.push(Seen::ApprovalAbsent.into());
@@ -507,7 +509,7 @@ impl<F: Family> Pass<'_, F> {
             }
             (None, Some((plan_uid, fingerprint))) => {
                 let uid = self.uid();
-                let found = store.find(|a| {
+                let of_plan = store.state_filter(|a| {
                     a.meta().namespace.as_deref() == Some(self.ns.as_str())
                         && a.owner().uid == uid
                         && a.plan_ref().uid == plan_uid
@@ -515,7 +517,10 @@ impl<F: Family> Pass<'_, F> {
                         && a.meta().deletion_timestamp.is_none()
                         && !a.consumed()
                 });
-                if let Some(a) = found {
+                for a in of_plan.iter().filter(|a| !signed(a)) {
+                    self.refuse_unsigned(a).await?;
+                }
+                if let Some(a) = of_plan.iter().find(|a| signed(a)) {
                     obs.push(
                         Seen::ApprovalExists(ApprovalSeen {
                             name: a.name_any(),
@@ -531,7 +536,58 @@ impl<F: Family> Pass<'_, F> {
             }
             _ => {}
         }
-        obs
+        Ok(obs)
+    }
+
+    /// Whether admission signed `a`'s stamp with this manager's key.
+    pub(super) fn signed<A: crate::api::approval::Approval>(
+        &self,
+        a: &A,
+    ) -> Result<(), crate::admission::Unsigned> {
+        let kind = A::kind(&());
+        self.ctx.stamp_key.verify(&kind, &self.ns, a.spec())
+    }
+
+    /// Marks an approval whose stamp admission did not sign (once) and says
+    /// so on the resource: it authorizes nothing.
+    async fn refuse_unsigned(&self, a: &F::Approval) -> Result<(), Error> {
+        let refused = a.status().is_some_and(|st| {
+            st.conditions.iter().any(|c| {
+                c.type_ == ApprovalConditionType::Accepted && c.reason == Reason::StampNotSigned
+            })
+        });
+        if refused {
+            return Ok(());
+        }
+        let why = self
+            .signed(a)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let message = format!(
+            "approval {} authorizes nothing: {why}; create it again through the API server with the operator's webhooks registered",
+            a.name_any()
+        );
+        tracing::warn!(namespace = %self.ns, approval = %a.name_any(), "{message}");
+        runtime::event(
+            self.ctx,
+            &self.obj,
+            true,
+            Reason::StampNotSigned,
+            message.clone(),
+        )
+        .await;
+        let api: Api<F::Approval> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        runtime::mark_approval(
+            &api,
+            a.clone(),
+            |a| a.status_mut(),
+            ApprovalConditionType::Accepted,
+            ConditionStatus::False,
+            Reason::StampNotSigned,
+            &message,
+        )
+        .await
     }
 
     // ----- effects ----------------------------------------------------------
@@ -741,7 +797,16 @@ impl<F: Family> Pass<'_, F> {
         });
         for a in picked {
             let a = (*a).clone();
-            runtime::mark_approval(&api, a, |a| a.status_mut(), type_, reason, message).await?;
+            runtime::mark_approval(
+                &api,
+                a,
+                |a| a.status_mut(),
+                type_,
+                ConditionStatus::True,
+                reason,
+                message,
+            )
+            .await?;
         }
         Ok(())
     }

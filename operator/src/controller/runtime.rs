@@ -742,6 +742,7 @@ pub async fn mark_approval<K>(
     mut a: K,
     status: impl FnOnce(&mut K) -> &mut Option<crate::api::approval::ApprovalStatus>,
     type_: crate::api::condition::ApprovalConditionType,
+    truth: crate::api::condition::ConditionStatus,
     reason: Reason,
     message: &str,
 ) -> Result<(), Error>
@@ -754,7 +755,7 @@ where
     crate::lifecycle::conditions::set(
         &mut st.conditions,
         type_,
-        crate::api::condition::ConditionStatus::True,
+        truth,
         reason,
         message,
         generation,

@@ -72,6 +72,16 @@ impl TokenKey {
         Ok(TokenKey(key))
     }
 
+    /// A key for another purpose, derived from this one under `domain`
+    /// (HMAC-SHA256), so one Secret holds every key only the manager has
+    /// and a value made under one domain is worth nothing under another.
+    pub fn derive(&self, domain: &[u8]) -> [u8; KEY_BYTES] {
+        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&self.0)
+            .expect("HMAC takes keys of any length");
+        mac.update(domain);
+        mac.finalize().into_bytes().into()
+    }
+
     fn mac(&self, operation_id: &str, attempt: i32) -> HmacSha256 {
         // Any key length is valid for HMAC.
         let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&self.0)
