@@ -412,6 +412,10 @@ impl Harness {
                 "--enable-admission-plugins=NodeRestriction".to_string(),
                 "--allow-privileged=true".to_string(),
                 "--endpoint-reconciler-type=none".to_string(),
+                // Webhooks and aggregated APIs are called at an endpoint of
+                // their Service (a Pod IP and the targetPort) rather than at
+                // its cluster IP, which nothing routes here (no kube-proxy).
+                "--enable-aggregator-routing=true".to_string(),
                 format!("--audit-policy-file={}", audit_policy.display()),
                 format!("--audit-log-path={}", self.audit_log().display()),
                 "--audit-log-format=json".to_string(),
@@ -484,6 +488,7 @@ impl Harness {
             ])
             .port(ports.scheduler);
         self.write_images()?;
+        self.kubelet_rbac().await?;
         let kubelet = ServiceSpec::new("process-kubelet", &self.kubelet_exe)
             .args([
                 format!(
@@ -514,6 +519,39 @@ impl Harness {
             Duration::from_secs(60),
         )
         .await?;
+        Ok(())
+    }
+
+    /// What the process kubelet reads beyond a kubelet's own rules (the Node
+    /// authorizer allows Services, not EndpointSlices): every EndpointSlice,
+    /// for the Service names in its Pods' `/etc/hosts`.
+    async fn kubelet_rbac(&self) -> anyhow::Result<()> {
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+        use kube::api::{Api, Patch, PatchParams};
+        const NAME: &str = "ptah-harness:process-kubelet";
+        let client = self.client().await?;
+        let apply = PatchParams::apply("ptah-harness").force();
+        let role = serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": NAME},
+            "rules": [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                       "verbs": ["get", "list", "watch"]}],
+        });
+        let binding = serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": NAME},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": format!("system:node:{NODE_NAME}")}],
+        });
+        Api::<ClusterRole>::all(client.clone())
+            .patch(NAME, &apply, &Patch::Apply(&role))
+            .await
+            .context("the process kubelet's ClusterRole")?;
+        Api::<ClusterRoleBinding>::all(client)
+            .patch(NAME, &apply, &Patch::Apply(&binding))
+            .await
+            .context("the process kubelet's ClusterRoleBinding")?;
         Ok(())
     }
 

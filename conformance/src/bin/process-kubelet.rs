@@ -21,6 +21,9 @@ struct Args {
     /// JSON map of image reference to directory.
     #[arg(long)]
     images: PathBuf,
+    /// The /16 Pod IPs come from; the kubelet routes it to lo.
+    #[arg(long, default_value_t = conformance::kubelet::network::PodNetwork::DEFAULT)]
+    pod_network: conformance::kubelet::network::PodNetwork,
 }
 
 #[tokio::main]
@@ -32,6 +35,7 @@ async fn main() -> anyhow::Result<()> {
         node_name: args.node_name,
         state_dir: args.state_dir,
         images: args.images,
+        pod_network: args.pod_network,
     })
     .await
 }

@@ -7,12 +7,15 @@ use k8s_openapi::api::core::v1::{Pod, ResourceFieldSelector};
 
 use super::quantity::{self, Nanos};
 
-/// What the node knows that a Pod's fields do not: its address, and the
-/// allocatable resources that stand in for a limit the container did not set.
+/// What the node knows that a Pod's fields do not: its address, the Pod's
+/// address (which the Pod's status may not show yet), and the allocatable
+/// resources that stand in for a limit the container did not set.
 #[derive(Debug, Clone)]
 pub struct NodeFacts {
     pub node_name: String,
     pub host_ip: String,
+    /// The Pod's own IP (the node's for `hostNetwork`); each pod worker sets it.
+    pub pod_ip: String,
     pub cpu: Nanos,
     pub memory: Nanos,
     pub ephemeral_storage: Nanos,
@@ -25,6 +28,7 @@ impl NodeFacts {
         NodeFacts {
             node_name: "ptah-node".into(),
             host_ip: "127.0.0.1".into(),
+            pod_ip: "198.18.0.9".into(),
             cpu: Nanos::units(2),
             memory: Nanos::units(8 << 30),
             ephemeral_storage: Nanos::units(100 << 30),
@@ -69,10 +73,9 @@ pub fn field_value(
         "spec.serviceAccountName" => spec
             .and_then(|s| s.service_account_name.clone())
             .unwrap_or_default(),
-        // The sandbox shares the node's network: both addresses are the node's.
-        "status.hostIP" | "status.hostIPs" | "status.podIP" | "status.podIPs" => {
-            facts.host_ip.clone()
-        }
+        // One address of each: the lists are the single address.
+        "status.hostIP" | "status.hostIPs" => facts.host_ip.clone(),
+        "status.podIP" | "status.podIPs" => facts.pod_ip.clone(),
         other => return Err(format!("unsupported fieldRef fieldPath {other:?}")),
     })
 }
@@ -203,7 +206,9 @@ mod tests {
         assert_eq!(v("metadata.annotations['note']"), "hi");
         assert_eq!(v("spec.nodeName"), "ptah-node");
         assert_eq!(v("spec.serviceAccountName"), "sa");
-        assert_eq!(v("status.podIP"), "127.0.0.1");
+        assert_eq!(v("status.podIP"), "198.18.0.9");
+        assert_eq!(v("status.podIPs"), "198.18.0.9");
+        assert_eq!(v("status.hostIP"), "127.0.0.1");
         assert!(field_value(&p, "metadata.labels", &f, false).is_err());
         assert_eq!(
             field_value(&p, "metadata.labels", &f, true).unwrap(),

@@ -338,7 +338,9 @@ mod tests {
             {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
             {"name": "OPT", "valueFrom": {"secretKeyRef": {"name": "nosec", "key": "k", "optional": true}}},
-            {"name": "REF", "value": "$(POD)/$(KUBERNETES_SERVICE_HOST)"}
+            {"name": "REF", "value": "$(POD)/$(KUBERNETES_SERVICE_HOST)"},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "LISTEN", "value": "$(POD_IP):9443"}
         ], "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "CM_"},
                       {"configMapRef": {"name": "gone", "optional": true}}]}));
         let service = vec![(
@@ -357,6 +359,8 @@ mod tests {
         assert_eq!(get("APP").as_deref(), Some("a"));
         assert_eq!(get("OPT"), None);
         assert_eq!(get("REF").as_deref(), Some("p/127.0.0.1"));
+        // The Pod's own address, not the node's: what a manager listens on.
+        assert_eq!(get("LISTEN").as_deref(), Some("198.18.0.9:9443"));
         // Service variables come first.
         assert_eq!(env.0[0].0, "KUBERNETES_SERVICE_HOST");
     }

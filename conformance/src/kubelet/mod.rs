@@ -4,14 +4,17 @@
 //! bound to it and runs each container as local processes in a bubblewrap
 //! sandbox (see `harness.md`, "The process kubelet"). The pure core —
 //! [`lifecycle`] (what to do next), [`status`] (the Pod status a kubelet
-//! writes), [`envvars`], [`volumes`], [`downward`] and [`sandbox`] (the
-//! bwrap command line) — is unit-tested; [`worker`], [`node`] and
+//! writes), [`envvars`], [`volumes`], [`downward`], [`sandbox`] (the
+//! bwrap command line), [`network`] (Pod IPs) and [`hosts`] (Service names
+//! in each Pod's `/etc/hosts`) — is unit-tested; [`worker`], [`node`] and
 //! [`process`] do the I/O.
 
 pub mod downward;
 pub mod envvars;
+pub mod hosts;
 pub mod images;
 pub mod lifecycle;
+pub mod network;
 pub mod node;
 pub mod process;
 pub mod quantity;
@@ -37,11 +40,14 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use self::downward::NodeFacts;
+use self::hosts::ServiceAddrs;
+use self::network::{PodIps, PodNetwork};
 use self::quantity::Nanos;
 use self::worker::{Ctx, PodFeed};
 
-/// The node's address, which is also every pod's: sandboxes share the
-/// host's network.
+/// The node's address, and the Pod IP of `hostNetwork` Pods. Other Pods get
+/// their own (see [`network`]), though every sandbox shares the host's
+/// network namespace.
 pub const HOST_IP: &str = "127.0.0.1";
 
 /// How the kubelet is started.
@@ -52,6 +58,8 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// The image map (see [`images::ImageMap`]).
     pub images: PathBuf,
+    /// Where Pod IPs come from (see [`network`]).
+    pub pod_network: PodNetwork,
 }
 
 /// Where a container's stdout and stderr go:
@@ -130,11 +138,26 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let service_env = service_env(&kconfig.cluster_url);
     let client = kube::Client::try_from(kconfig)?;
 
+    let pod_network = match network::make_local(&config.pod_network) {
+        Ok(()) => config.pod_network,
+        Err(e) => {
+            warn!(
+                "{e:#}: pods get loopback addresses of {} instead, which EndpointSlices refuse \
+                 (Services will have no endpoints)",
+                PodNetwork::LOOPBACK
+            );
+            PodNetwork::LOOPBACK
+        }
+    };
+    info!(%pod_network, "pod network");
+
     let memory = mem_total_bytes()?;
     let disk = disk_bytes(&state_dir);
     let facts = NodeFacts {
         node_name: config.node_name.clone(),
         host_ip: HOST_IP.into(),
+        // Each pod worker puts its Pod's in its own copy.
+        pod_ip: HOST_IP.into(),
         cpu: Nanos::units(2),
         memory: Nanos::units(memory),
         ephemeral_storage: Nanos::units(disk),
@@ -173,6 +196,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         shutdown_rx.clone(),
     ));
 
+    let (services_tx, services_rx) = watch::channel(Arc::new(ServiceAddrs::default()));
+    let services = tokio::spawn(hosts::follow_endpoint_slices(client.clone(), services_tx));
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         state_dir: state_dir.clone(),
@@ -182,6 +207,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         facts,
         service_env,
         memory_root: memory_root.clone(),
+        services: services_rx,
     });
 
     let pods: Api<Pod> = Api::all(client);
@@ -190,26 +216,31 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     futures::pin_mut!(stream);
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    let mut workers: HashMap<String, (watch::Sender<PodFeed>, tokio::task::JoinHandle<()>)> =
-        HashMap::new();
-    let mut listing: Option<HashSet<String>> = None;
+    let mut workers: Workers = HashMap::new();
+    let mut ips = PodIps::new(pod_network);
+    // The pods of a (re)list, dispatched together once it is complete.
+    let mut listing: Option<Vec<Pod>> = None;
 
     loop {
         tokio::select! {
             ev = stream.next() => {
                 let Some(ev) = ev else { break };
                 match ev {
-                    Ok(Event::Init) => listing = Some(HashSet::new()),
-                    Ok(Event::InitApply(pod)) => {
-                        if let (Some(seen), Some(uid)) = (listing.as_mut(), pod.metadata.uid.clone()) {
-                            seen.insert(uid);
-                        }
-                        dispatch(&ctx, &mut workers, &shutdown_rx, pod, false);
-                    }
-                    Ok(Event::Apply(pod)) => dispatch(&ctx, &mut workers, &shutdown_rx, pod, false),
-                    Ok(Event::Delete(pod)) => dispatch(&ctx, &mut workers, &shutdown_rx, pod, true),
+                    Ok(Event::Init) => listing = Some(Vec::new()),
+                    Ok(Event::InitApply(pod)) => listing.get_or_insert_with(Vec::new).push(pod),
+                    Ok(Event::Apply(pod)) => dispatch(&ctx, &mut workers, &mut ips, &shutdown_rx, pod, false),
+                    Ok(Event::Delete(pod)) => dispatch(&ctx, &mut workers, &mut ips, &shutdown_rx, pod, true),
                     Ok(Event::InitDone) => {
-                        let seen = listing.take().unwrap_or_default();
+                        let mut pods = listing.take().unwrap_or_default();
+                        // Pods that already report one of our addresses first,
+                        // so a restarted kubelet gives each back its own before
+                        // a new pod could take it.
+                        pods.sort_by_key(|p| network::reported(p, &pod_network).is_none());
+                        let seen: HashSet<String> =
+                            pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+                        for pod in pods {
+                            dispatch(&ctx, &mut workers, &mut ips, &shutdown_rx, pod, false);
+                        }
                         // Pods deleted while the watch was down.
                         for (uid, (tx, _)) in &workers {
                             if !seen.contains(uid) {
@@ -220,7 +251,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                     }
                     Err(e) => warn!("watching pods: {e}"),
                 }
-                workers.retain(|_, (_, handle)| !handle.is_finished());
+                workers.retain(|uid, (_, handle)| {
+                    let done = handle.is_finished();
+                    // The pod is gone from the API: its address is free.
+                    if done {
+                        ips.release(uid);
+                    }
+                    !done
+                });
             }
             _ = sigterm.recv() => { info!("SIGTERM: stopping"); break; }
             _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
@@ -237,15 +275,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         warn!("some pod workers did not stop within 10 s");
     }
     heartbeat.abort();
+    services.abort();
     // Empty once every pod's memory volumes are gone.
     let _ = std::fs::remove_dir(&memory_root);
     info!("stopped");
     Ok(())
 }
 
+type Workers = HashMap<String, (watch::Sender<PodFeed>, tokio::task::JoinHandle<()>)>;
+
 fn dispatch(
     ctx: &Arc<Ctx>,
-    workers: &mut HashMap<String, (watch::Sender<PodFeed>, tokio::task::JoinHandle<()>)>,
+    workers: &mut Workers,
+    ips: &mut PodIps,
     shutdown: &watch::Receiver<bool>,
     pod: Pod,
     gone: bool,
@@ -267,9 +309,31 @@ fn dispatch(
         // Deleted before (or after) this kubelet ran anything of it.
         return;
     }
+    let pod_ip = pod_ip(ips, &feed.pod, &uid);
     let (tx, rx) = watch::channel(feed);
-    let handle = tokio::spawn(worker::run(ctx.clone(), rx, shutdown.clone()));
+    let handle = tokio::spawn(worker::run(ctx.clone(), rx, shutdown.clone(), pod_ip));
     workers.insert(uid, (tx, handle));
+}
+
+/// The address of a pod this kubelet starts a worker for: the node's for
+/// `hostNetwork`, else one of the pod network, held until the pod is gone.
+fn pod_ip(ips: &mut PodIps, pod: &Pod, uid: &str) -> String {
+    if network::host_network(pod) {
+        return HOST_IP.to_string();
+    }
+    let reported = network::reported(pod, &ips.network());
+    match ips.assign(uid, reported) {
+        Some(ip) => {
+            if let Some(old) = reported.filter(|old| *old != ip) {
+                warn!(%uid, "pod reported {old}, held by another pod; it gets {ip}");
+            }
+            ip.to_string()
+        }
+        None => {
+            warn!(%uid, "no free pod IP in {}; the pod shares the node's", ips.network());
+            HOST_IP.to_string()
+        }
+    }
 }
 
 /// Volumes of pods that no longer exist (deleted while the kubelet was
@@ -282,6 +346,7 @@ fn remove_orphans(state_dir: &Path, memory_root: &Path, live: &HashSet<String>) 
             if !live.contains(uid) {
                 let _ = std::fs::remove_dir_all(e.path().join("volumes"));
                 let _ = std::fs::remove_dir_all(e.path().join("containers"));
+                let _ = std::fs::remove_dir_all(e.path().join("network"));
             }
         }
     }

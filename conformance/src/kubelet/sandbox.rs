@@ -79,6 +79,15 @@ pub struct Mount {
     pub read_only: bool,
 }
 
+/// A symlink made in the sandbox (`path` → `target`), after the mounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    /// Where the link is, inside the container (absolute).
+    pub path: PathBuf,
+    /// What it points to, as `ln -s` takes it.
+    pub target: PathBuf,
+}
+
 /// Who the container's process is: the uid/gid and groups `setpriv`
 /// switches to, and the capabilities it keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -272,6 +281,8 @@ pub struct SandboxSpec {
     pub image_files: Vec<Mount>,
     /// Volumes and the termination-message file, in any order.
     pub mounts: Vec<Mount>,
+    /// Symlinks over whatever the base has at their paths (`/etc/hosts`).
+    pub links: Vec<Link>,
     pub read_only_root: bool,
     pub working_dir: PathBuf,
     pub identity: Identity,
@@ -375,10 +386,21 @@ impl SandboxSpec {
     pub fn bwrap_args(&self, fs: &dyn HostFs) -> Vec<OsString> {
         let (images, mounts) = self.mounts_resolved(fs);
         let workdir = self.working_dir(fs);
+        let links: Vec<Link> = self
+            .links
+            .iter()
+            .map(|l| Link {
+                path: through_base_symlinks(self, fs, &normalize(&l.path)),
+                target: l.target.clone(),
+            })
+            .collect();
+        // A link is a target too: the base directory holding it is split,
+        // and the host's entry at its path left out.
         let mut targets: Vec<PathBuf> = images
             .iter()
             .chain(mounts.iter())
             .map(|m| m.target.clone())
+            .chain(links.iter().map(|l| l.path.clone()))
             .collect();
         // A working directory missing from a read-only base must be made.
         if fs.kind(&workdir) != Some(HostEntry::Dir) {
@@ -428,6 +450,9 @@ impl SandboxSpec {
             }
             let flag = if m.read_only { "--ro-bind" } else { "--bind" };
             push(&[&flag, &m.source, &m.target]);
+        }
+        for l in &links {
+            push(&[&"--symlink", &l.target, &l.path]);
         }
         push(&[&"--dir", &workdir]);
         if self.read_only_root {
@@ -600,6 +625,7 @@ mod tests {
             base: vec!["/usr".into(), "/bin".into(), "/etc".into(), "/lib64".into()],
             image_files: vec![],
             mounts: vec![],
+            links: vec![],
             read_only_root: false,
             working_dir: "/".into(),
             identity: Identity {
@@ -702,6 +728,35 @@ mod tests {
         // The host's symlink at the target is shadowed by the volume.
         assert!(!has(&a, &["--symlink", "/var/alt", "/etc/alternatives"]));
         assert!(has(&a, &["--bind", "/vol/data", "/etc/alternatives"]));
+    }
+
+    #[test]
+    fn a_link_replaces_the_host_entry_after_the_mounts() {
+        let mut s = spec();
+        s.mounts.push(Mount {
+            target: "/etc/process-kubelet".into(),
+            source: "/vol/data".into(),
+            read_only: true,
+        });
+        s.links.push(Link {
+            path: "/etc/passwd".into(),
+            target: "process-kubelet/passwd".into(),
+        });
+        let a = args(&s);
+        // /etc is split, and the host's file is not bound under the link.
+        assert!(has(&a, &["--dir", "/etc"]));
+        assert!(!has(&a, &["--ro-bind", "/etc", "/etc"]));
+        assert!(!has(&a, &["--ro-bind", "/etc/passwd", "/etc/passwd"]));
+        assert!(has(
+            &a,
+            &["--symlink", "process-kubelet/passwd", "/etc/passwd"]
+        ));
+        let bind = a.iter().position(|x| x == "/etc/process-kubelet").unwrap();
+        let link = a
+            .iter()
+            .position(|x| x == "process-kubelet/passwd")
+            .unwrap();
+        assert!(bind < link);
     }
 
     #[test]

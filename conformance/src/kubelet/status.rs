@@ -129,6 +129,9 @@ pub fn phase(pod: &Pod, obs: &Observed) -> Phase {
 #[derive(Debug, Clone)]
 pub struct StatusContext<'a> {
     pub host_ip: &'a str,
+    /// The Pod's IP, reported once its sandbox is set up (as a kubelet does
+    /// once the runtime made the sandbox); the node's for `hostNetwork`.
+    pub pod_ip: &'a str,
     pub now: Timestamp,
 }
 
@@ -321,10 +324,13 @@ pub fn pod_status(pod: &Pod, obs: &Observed, ctx: &StatusContext) -> PodStatus {
         host_ips: Some(vec![HostIP {
             ip: ctx.host_ip.to_string(),
         }]),
-        pod_ip: Some(ctx.host_ip.to_string()),
-        pod_ips: Some(vec![PodIP {
-            ip: ctx.host_ip.to_string(),
-        }]),
+        // Unset, the patch leaves whatever is there.
+        pod_ip: obs.sandbox_ready.then(|| ctx.pod_ip.to_string()),
+        pod_ips: obs.sandbox_ready.then(|| {
+            vec![PodIP {
+                ip: ctx.pod_ip.to_string(),
+            }]
+        }),
         start_time: obs.start_time.map(time),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         container_statuses: Some(main_statuses),
@@ -438,6 +444,7 @@ mod tests {
     fn ctx() -> StatusContext<'static> {
         StatusContext {
             host_ip: "127.0.0.1",
+            pod_ip: "198.18.0.5",
             now: t(10),
         }
     }
@@ -498,7 +505,14 @@ mod tests {
         assert!(i.state.as_ref().unwrap().running.is_some());
         assert_eq!(i.started, Some(true));
         assert_eq!(s.host_ip.as_deref(), Some("127.0.0.1"));
-        assert_eq!(s.pod_ip.as_deref(), Some("127.0.0.1"));
+        assert_eq!(s.pod_ip.as_deref(), Some("198.18.0.5"));
+        assert_eq!(s.pod_ips.as_ref().unwrap()[0].ip, "198.18.0.5");
+        // Before the sandbox is set up there is no Pod IP to report.
+        let mut early = o.clone();
+        early.sandbox_ready = false;
+        let s = pod_status(&p, &early, &ctx());
+        assert_eq!(s.pod_ip, None);
+        assert_eq!(s.pod_ips, None);
         assert_eq!(s.start_time, Some(Time(t(0))));
     }
 
@@ -614,6 +628,7 @@ mod tests {
             &o,
             &StatusContext {
                 host_ip: "127.0.0.1",
+                pod_ip: "198.18.0.5",
                 now: t(5),
             },
         );

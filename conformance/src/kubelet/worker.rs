@@ -21,6 +21,7 @@ use tracing::{debug, info, warn};
 
 use super::downward::NodeFacts;
 use super::envvars::{self, Env, Lookup, Refs, Wanted};
+use super::hosts::{self, ServiceAddrs};
 use super::images::ImageMap;
 use super::lifecycle::{self, Effect, Observed, RunState, Stop, Terminated, Which};
 use super::sandbox::{self, Mount, RealFs, SandboxSpec};
@@ -37,6 +38,8 @@ pub struct Ctx {
     pub service_env: Vec<(String, String)>,
     /// Where `emptyDir` volumes with `medium: Memory` live (a tmpfs).
     pub memory_root: PathBuf,
+    /// Every Service's ready endpoint addresses, for the Pods' `/etc/hosts`.
+    pub services: watch::Receiver<Arc<ServiceAddrs>>,
 }
 
 /// The latest Pod object, and whether it is gone from the API.
@@ -106,6 +109,9 @@ fn later(now: Timestamp, d: Duration) -> Timestamp {
 
 struct Worker {
     ctx: Arc<Ctx>,
+    /// The node's facts with this Pod's IP.
+    facts: NodeFacts,
+    services: Arc<ServiceAddrs>,
     pod: Arc<Pod>,
     gone: bool,
     obs: Observed,
@@ -123,19 +129,29 @@ struct Worker {
     attempts: HashMap<Option<Which>, u32>,
 }
 
-/// Runs one pod until it is gone from the API (or the kubelet stops).
+/// Runs one pod, whose address is `pod_ip`, until it is gone from the API
+/// (or the kubelet stops).
 pub async fn run(
     ctx: Arc<Ctx>,
     mut feed: watch::Receiver<PodFeed>,
     mut shutdown: watch::Receiver<bool>,
+    pod_ip: String,
 ) {
     let first = feed.borrow_and_update().clone();
+    let mut services = ctx.services.clone();
+    let mut services_open = true;
+    let facts = NodeFacts {
+        pod_ip,
+        ..ctx.facts.clone()
+    };
     let (exits_tx, mut exits_rx) = mpsc::unbounded_channel();
     let mut obs = Observed::adopt(&first.pod, Timestamp::now());
     if obs.start_time.is_none() {
         obs.start_time = Some(Timestamp::now());
     }
     let mut w = Worker {
+        facts,
+        services: services.borrow_and_update().clone(),
         ctx,
         pod: first.pod,
         gone: first.gone,
@@ -156,7 +172,7 @@ pub async fn run(
         w.obs.stop = Some(Stop::Deleted);
     }
     w.warn_unsupported();
-    info!(pod = %pod_ref(&w.pod), "pod worker started");
+    info!(pod = %pod_ref(&w.pod), pod_ip = %w.facts.pod_ip, "pod worker started");
     let mut shutting_down = *shutdown.borrow();
     loop {
         if shutting_down {
@@ -198,6 +214,13 @@ pub async fn run(
                 }
             }
             Some(exit) = exits_rx.recv() => w.on_exit(exit),
+            changed = services.changed(), if services_open && !shutting_down => match changed {
+                Ok(()) => {
+                    w.services = services.borrow_and_update().clone();
+                    w.refresh_hosts();
+                }
+                Err(_) => services_open = false,
+            },
             _ = shutdown.changed(), if !shutting_down => shutting_down = true,
             _ = tokio::time::sleep(tick) => {}
         }
@@ -228,6 +251,10 @@ impl Worker {
     }
     fn dir(&self) -> PathBuf {
         pod_dir(&self.ctx.state_dir, &self.pod)
+    }
+    /// The Pod's `hosts` and `host.conf`, bound at [`hosts::POD_DIR`].
+    fn network_dir(&self) -> PathBuf {
+        self.dir().join("network")
     }
     fn container(&self, which: Which) -> Option<&Container> {
         let spec = self.pod.spec.as_ref()?;
@@ -473,7 +500,7 @@ impl Worker {
             let token = self.token(&t).await?;
             tokens.insert(t, token);
         }
-        volumes::files(&self.pod, v, &refs, &tokens, &self.ctx.facts)
+        volumes::files(&self.pod, v, &refs, &tokens, &self.facts)
     }
 
     fn fs_group(&self) -> Option<u32> {
@@ -533,8 +560,32 @@ impl Worker {
             };
             self.volumes.insert(v.name.clone(), dir);
         }
+        self.write_network_files()
+            .map_err(|e| format!("writing the pod's /etc/hosts: {e}"))?;
         self.last_resync = Instant::now();
         Ok(())
+    }
+
+    /// The Pod's `/etc/hosts` from the latest Service addresses, and the
+    /// `/etc/host.conf` that makes glibc return all of a name's addresses.
+    fn write_network_files(&self) -> std::io::Result<()> {
+        let dir = self.network_dir();
+        let names = hosts::PodNames::of(&self.pod, &self.facts.pod_ip);
+        if hosts::replace_file(&dir.join("hosts"), &hosts::render(&names, &self.services))? {
+            debug!(pod = %pod_ref(&self.pod), "hosts file written");
+        }
+        hosts::replace_file(&dir.join("host.conf"), hosts::HOST_CONF)?;
+        Ok(())
+    }
+
+    /// Follows a change of the Services' endpoints while the Pod runs.
+    fn refresh_hosts(&self) {
+        if !self.obs.sandbox_ready || status::phase(&self.pod, &self.obs).is_terminal() {
+            return;
+        }
+        if let Err(e) = self.write_network_files() {
+            warn!(pod = %pod_ref(&self.pod), "updating the pod's /etc/hosts: {e}");
+        }
     }
 
     /// Rewrites content volumes (a changed ConfigMap, a token near expiry).
@@ -581,6 +632,7 @@ impl Worker {
         let dir = self.dir();
         let _ = fs::remove_dir_all(dir.join("volumes"));
         let _ = fs::remove_dir_all(dir.join("containers"));
+        let _ = fs::remove_dir_all(self.network_dir());
         let _ = fs::remove_dir_all(self.ctx.memory_root.join(self.uid()));
     }
 
@@ -657,7 +709,7 @@ impl Worker {
         }
         let refs = self.fetch(&envvars::wanted_by_env(c)).await;
         let container_env =
-            envvars::container_env(&self.pod, c, &refs, &self.ctx.facts, &self.ctx.service_env)
+            envvars::container_env(&self.pod, c, &refs, &self.facts, &self.ctx.service_env)
                 .map_err(config_error)?;
         let spec = self.pod.spec.as_ref();
         let identity = sandbox::identity(
@@ -728,6 +780,8 @@ impl Worker {
             .join("containers")
             .join(&c.name)
             .join(restart.to_string());
+        let (network, links) = hosts::network_mounts(&mounts, &self.network_dir());
+        mounts.extend(network);
         let termination_file = cdir.join("termination-log");
         let make_file = || -> std::io::Result<()> {
             fs::create_dir_all(&cdir)?;
@@ -761,6 +815,7 @@ impl Worker {
             base: sandbox::BASE_DIRS.iter().map(PathBuf::from).collect(),
             image_files: image.files,
             mounts,
+            links,
             read_only_root,
             working_dir: PathBuf::from(c.working_dir.as_deref().unwrap_or("/")),
             identity,
@@ -950,7 +1005,8 @@ impl Worker {
             view.status = Some(st);
         }
         let ctx = StatusContext {
-            host_ip: &self.ctx.facts.host_ip,
+            host_ip: &self.facts.host_ip,
+            pod_ip: &self.facts.pod_ip,
             now: Timestamp::now(),
         };
         let status = status::pod_status(&view, &self.obs, &ctx);
