@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 pub mod admission;
 pub mod bench;
+pub mod chart;
 pub mod database;
 pub mod executor;
 pub mod git;
