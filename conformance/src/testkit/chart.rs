@@ -44,12 +44,117 @@ pub fn run(mut cmd: Command) -> anyhow::Result<String> {
 /// `helm template ptah-operator charts/ptah-operator -n ptah-system` with
 /// these extra arguments (`-f FILE`, `--set k=v`).
 pub fn template(extra: &[&str]) -> anyhow::Result<String> {
+    template_as("ptah-operator", "ptah-system", extra)
+}
+
+/// `helm template RELEASE charts/ptah-operator -n NAMESPACE` with `extra`.
+pub fn template_as(release: &str, namespace: &str, extra: &[&str]) -> anyhow::Result<String> {
     let mut cmd = helm()?;
-    cmd.args(["template", "ptah-operator"])
+    cmd.args(["template", release])
         .arg(dir())
-        .args(["--namespace", "ptah-system"])
+        .args(["--namespace", namespace])
         .args(extra);
     run(cmd)
+}
+
+/// Applies `docs` (server-side, as `ptah-conformance`): each in its own
+/// namespace, or cluster-wide.
+pub async fn apply(client: &kube::Client, docs: &[Value]) -> anyhow::Result<()> {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use kube::discovery::{Discovery, Scope};
+    let discovery = Discovery::new(client.clone()).run().await?;
+    let pp = PatchParams::apply("ptah-conformance").force();
+    for doc in docs {
+        let (group, version) = match doc["apiVersion"].as_str().unwrap_or_default().split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), doc["apiVersion"].as_str().unwrap_or_default().to_string()),
+        };
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        let gvk = kube::core::GroupVersionKind::gvk(&group, &version, kind);
+        let (resource, caps) = discovery
+            .resolve_gvk(&gvk)
+            .with_context(|| format!("the API server serves no {kind} in {group}/{version}"))?;
+        let name = doc["metadata"]["name"].as_str().context("metadata.name")?;
+        let api: Api<DynamicObject> = match (caps.scope, doc["metadata"]["namespace"].as_str()) {
+            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
+            _ => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(name, &pp, &Patch::Apply(doc))
+            .await
+            .with_context(|| format!("applying {kind} {name}"))?;
+    }
+    Ok(())
+}
+
+/// Deletes `docs` where they are, ignoring those already gone.
+pub async fn delete(client: &kube::Client, docs: &[Value]) -> anyhow::Result<()> {
+    use kube::api::{Api, DeleteParams, DynamicObject};
+    use kube::discovery::{Discovery, Scope};
+    let discovery = Discovery::new(client.clone()).run().await?;
+    for doc in docs {
+        let (group, version) = match doc["apiVersion"].as_str().unwrap_or_default().split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), doc["apiVersion"].as_str().unwrap_or_default().to_string()),
+        };
+        let gvk = kube::core::GroupVersionKind::gvk(&group, &version, doc["kind"].as_str().unwrap_or_default());
+        let Some((resource, caps)) = discovery.resolve_gvk(&gvk) else {
+            continue;
+        };
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        let api: Api<DynamicObject> = match (caps.scope, doc["metadata"]["namespace"].as_str()) {
+            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
+            _ => Api::all_with(client.clone(), &resource),
+        };
+        let _ = api.delete(name, &DeleteParams::default()).await;
+    }
+    Ok(())
+}
+
+/// A kubeconfig at `path` for the ServiceAccount `sa` of `namespace`: the
+/// harness's cluster and a token of an hour from the TokenRequest API.
+pub async fn service_account_kubeconfig(
+    harness: &crate::harness::Harness,
+    namespace: &str,
+    sa: &str,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let client = harness.client().await?;
+    let api: kube::Api<ServiceAccount> = kube::Api::namespaced(client, namespace);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = api
+        .create_token_request(sa, &Default::default(), &request)
+        .await
+        .with_context(|| format!("a token of ServiceAccount {namespace}/{sa}"))?
+        .status
+        .and_then(|st| st.token)
+        .context("the TokenRequest's status.token")?;
+    let mut kc = kube::config::Kubeconfig::read_from(harness.kubeconfig())?;
+    for auth in &mut kc.auth_infos {
+        auth.auth_info = Some(kube::config::AuthInfo {
+            token: Some(token.clone().into()),
+            ..Default::default()
+        });
+    }
+    let text = serde_json::to_string(&kc)?;
+    // 0600: it holds a token.
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(text.as_bytes())?;
+    Ok(())
 }
 
 /// The documents of a render, without empty ones.

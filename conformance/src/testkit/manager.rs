@@ -35,6 +35,9 @@ pub struct ManagerSpec {
     pub port: Option<u16>,
     /// Where its spans and its Jobs' go.
     pub traces: Traces,
+    /// Its kubeconfig instead of the harness's operator user (a
+    /// ServiceAccount's, to run under the chart's RBAC).
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// Where a manager exports traces.
@@ -232,7 +235,11 @@ pub fn command_line(
     let env = vec![
         (
             "KUBECONFIG".to_string(),
-            harness.operator_kubeconfig().display().to_string(),
+            spec.kubeconfig
+                .clone()
+                .unwrap_or_else(|| harness.operator_kubeconfig())
+                .display()
+                .to_string(),
         ),
         (
             "RUST_LOG".to_string(),
