@@ -74,6 +74,8 @@ pub struct Tls {
     /// The serving certificate every handshake takes: swapped in place by
     /// [`Tls::reload_from`].
     current: Arc<Current>,
+    /// The CA as last read: [`Tls::reload_from`] follows its file too.
+    pub ca: Arc<std::sync::RwLock<String>>,
 }
 
 /// The certificate new handshakes are served; a handshake under way keeps
@@ -174,6 +176,7 @@ impl Tls {
         let current = Arc::new(Current(std::sync::RwLock::new(certified(chain, private)?)));
         Ok(Tls {
             config: server_config(current.clone())?,
+            ca: Arc::new(std::sync::RwLock::new(ca_pem.clone())),
             ca_pem,
             current,
         })
@@ -182,12 +185,14 @@ impl Tls {
     /// Reads the certificate chain and key again every `every` and serves
     /// them from the next handshake on when they changed and are a valid
     /// pair: a rotated Secret is picked up without a restart, and a pair
-    /// caught half-written is tried again at the next tick. Runs until the
-    /// process ends.
+    /// caught half-written is tried again at the next tick. The CA file is
+    /// followed too ([`Tls::ca`]), so Jobs dispatched after a rotation trust
+    /// the new CA. Runs until the process ends.
     pub async fn reload_from(
         self,
         cert: std::path::PathBuf,
         key: std::path::PathBuf,
+        ca: std::path::PathBuf,
         every: Duration,
     ) {
         let read = || Some((std::fs::read(&cert).ok()?, std::fs::read(&key).ok()?));
@@ -196,6 +201,15 @@ impl Tls {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
+            if let Ok(pem) = std::fs::read_to_string(&ca)
+                && pem.contains("-----BEGIN CERTIFICATE-----")
+            {
+                let mut current = self.ca.write().unwrap_or_else(|e| e.into_inner());
+                if *current != pem {
+                    tracing::info!(ca = %ca.display(), "receiver CA reloaded");
+                    *current = pem;
+                }
+            }
             let now = read();
             if now.is_none() || now == last {
                 continue;
@@ -491,6 +505,7 @@ mod tests {
         let reload = tokio::spawn(tls.clone().reload_from(
             cert.clone(),
             key.clone(),
+            dir.path().join("ca.crt"),
             Duration::from_millis(20),
         ));
         let wait_for = |what: &'static str, f: Box<dyn Fn() -> bool>| async move {
@@ -523,6 +538,12 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(served(&tls), pem.as_ref().to_vec());
+        // The CA file is followed as well.
+        let new_ca = std::fs::read_to_string(other.path().join("ca.crt")).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), &new_ca).unwrap();
+        let t = tls.clone();
+        let want = new_ca.clone();
+        wait_for("the new CA is read", Box::new(move || *t.ca.read().unwrap() == want)).await;
         reload.abort();
     }
 }

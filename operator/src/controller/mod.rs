@@ -106,8 +106,9 @@ pub struct Context {
     /// The key admission signs stamps with (derived from the token key):
     /// an approval or acknowledgment it cannot verify counts for nothing.
     pub stamp_key: crate::admission::StampKey,
-    /// The CA Pods trust the receiver by, published to each namespace.
-    pub receiver_ca_pem: String,
+    /// The CA Pods trust the receiver by, published to each namespace (kept
+    /// current as its file rotates).
+    pub receiver_ca: Arc<std::sync::RwLock<String>>,
     /// Events.
     pub recorder: Recorder,
     /// Consecutive failed passes per object.
@@ -161,7 +162,7 @@ impl Context {
             leases,
             stamp_key: crate::admission::StampKey::of(&token_key),
             token_key,
-            receiver_ca_pem,
+            receiver_ca: Arc::new(std::sync::RwLock::new(receiver_ca_pem)),
             recorder,
             backoff: error::Backoff::default(),
             stores: std::sync::OnceLock::new(),
@@ -169,6 +170,12 @@ impl Context {
             contents: Default::default(),
             telemetry: Telemetry::default(),
         }
+    }
+
+    /// With the receiver's CA read from `ca`, which a reload keeps current.
+    pub fn with_receiver_ca(mut self, ca: Arc<std::sync::RwLock<String>>) -> Self {
+        self.receiver_ca = ca;
+        self
     }
 
     /// With `telemetry` instead of none.

@@ -419,7 +419,12 @@ pub async fn create_job(
 
 /// The receiver's CA, where this namespace's Pods can mount it.
 async fn publish_receiver_ca(ctx: &Context, ns: &str) -> Result<(), Error> {
-    let cm = receiver_ca_config_map(ns, &ctx.receiver_ca_pem);
+    let pem = ctx
+        .receiver_ca
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let cm = receiver_ca_config_map(ns, &pem);
     // Published already, with this CA: the metadata store says so.
     let digest = cm
         .annotations()
