@@ -53,11 +53,20 @@ fn compare_with_golden(name: &str, rendered: &str) -> anyhow::Result<()> {
 
 #[test]
 fn helm_lint_passes_for_the_defaults_and_every_knob() -> anyhow::Result<()> {
-    for extra in [vec![], vec!["-f".to_string(), chart::all_knobs().display().to_string()]] {
+    for extra in [
+        vec![],
+        vec!["-f".to_string(), chart::all_knobs().display().to_string()],
+    ] {
         let mut cmd = chart::helm()?;
-        cmd.arg("lint").arg("--strict").arg(chart::dir()).args(&extra);
+        cmd.arg("lint")
+            .arg("--strict")
+            .arg(chart::dir())
+            .args(&extra);
         let out = chart::run(cmd).with_context(|| format!("helm lint {extra:?}"))?;
-        assert!(out.contains("1 chart(s) linted, 0 chart(s) failed"), "{out}");
+        assert!(
+            out.contains("1 chart(s) linted, 0 chart(s) failed"),
+            "{out}"
+        );
     }
     Ok(())
 }
@@ -80,7 +89,10 @@ fn bad_values_are_refused_by_the_schema_naming_the_key() -> anyhow::Result<()> {
         ("image.operator.digest=latest", "/image/operator/digest"),
         ("image.executor.digest=", "/image/executor/digest"),
         ("replicas=2", "'replicas' not allowed"),
-        ("leaderElection.leaseDurationSeconds=1", "/leaderElection/leaseDurationSeconds"),
+        (
+            "leaderElection.leaseDurationSeconds=1",
+            "/leaderElection/leaseDurationSeconds",
+        ),
         ("certificates.source=vault", "/certificates/source"),
         ("ports.https=70000", "/ports/https"),
     ] {
@@ -88,7 +100,10 @@ fn bad_values_are_refused_by_the_schema_naming_the_key() -> anyhow::Result<()> {
             .err()
             .with_context(|| format!("--set {set} was rendered"))?
             .to_string();
-        assert!(e.contains("values don't meet the specifications"), "{set}: {e}");
+        assert!(
+            e.contains("values don't meet the specifications"),
+            "{set}: {e}"
+        );
         assert!(e.contains(named), "{set}: the error names {named}: {e}");
     }
     // An image with a tag in its repository is no digest either.
@@ -118,17 +133,31 @@ fn chart_client(path: &str, ca: Option<k8s_openapi::ByteString>) -> WebhookClien
 fn the_webhook_configurations_are_the_ones_the_operator_defines() -> anyhow::Result<()> {
     let docs = chart::documents(&chart::template(&[])?)?;
     let mutating: MutatingWebhookConfiguration = serde_json::from_value(
-        chart::find(&docs, "MutatingWebhookConfiguration", "ptah-operator-approvals")?.clone(),
+        chart::find(
+            &docs,
+            "MutatingWebhookConfiguration",
+            "ptah-operator-approvals",
+        )?
+        .clone(),
     )?;
     let validating: ValidatingWebhookConfiguration = serde_json::from_value(
-        chart::find(&docs, "ValidatingWebhookConfiguration", "ptah-operator-approvals")?.clone(),
+        chart::find(
+            &docs,
+            "ValidatingWebhookConfiguration",
+            "ptah-operator-approvals",
+        )?
+        .clone(),
     )?;
     let ca = mutating.webhooks.as_ref().context("webhooks")?[0]
         .client_config
         .ca_bundle
         .clone();
-    assert!(ca.as_ref().is_some_and(|c| c.0.starts_with(b"-----BEGIN CERTIFICATE-----")));
-    let (want_m, want_v) = operator::admission::webhook_configurations(chart_client("", ca.clone()));
+    assert!(
+        ca.as_ref()
+            .is_some_and(|c| c.0.starts_with(b"-----BEGIN CERTIFICATE-----"))
+    );
+    let (want_m, want_v) =
+        operator::admission::webhook_configurations(chart_client("", ca.clone()));
     // The Rust side appends its paths to the Service's (empty) path.
     let mut want_m = want_m.webhooks.context("webhooks")?;
     let mut want_v = want_v.webhooks.context("webhooks")?;
@@ -141,7 +170,9 @@ fn the_webhook_configurations_are_the_ones_the_operator_defines() -> anyhow::Res
     let b64 = |k: &str| -> anyhow::Result<Vec<u8>> {
         use base64::Engine as _;
         Ok(base64::engine::general_purpose::STANDARD.decode(
-            secret["data"][k].as_str().with_context(|| format!("data.{k}"))?,
+            secret["data"][k]
+                .as_str()
+                .with_context(|| format!("data.{k}"))?,
         )?)
     };
     assert_eq!(b64("ca.crt")?, ca.context("caBundle")?.0);
@@ -175,7 +206,11 @@ fn grants(scope: &str, role: &Value, out: &mut BTreeSet<(String, String, String,
 fn the_rbac_table_of_the_install_guide_is_the_rendered_rbac() -> anyhow::Result<()> {
     let docs = chart::documents(&chart::template(&[])?)?;
     let mut rendered = BTreeSet::new();
-    grants("cluster", chart::find(&docs, "ClusterRole", "ptah-operator-manager")?, &mut rendered);
+    grants(
+        "cluster",
+        chart::find(&docs, "ClusterRole", "ptah-operator-manager")?,
+        &mut rendered,
+    );
     grants(
         "release namespace",
         chart::find(&docs, "Role", "ptah-operator-leases")?,
@@ -208,7 +243,9 @@ fn the_rbac_table_of_the_install_guide_is_the_rendered_rbac() -> anyhow::Result<
     // The promise the table makes: Secrets are never read.
     for verb in ["get", "list", "watch"] {
         assert!(
-            !rendered.iter().any(|(_, g, r, v)| g == "core" && r == "secrets" && v == verb),
+            !rendered
+                .iter()
+                .any(|(_, g, r, v)| g == "core" && r == "secrets" && v == verb),
             "the manager may {verb} Secrets"
         );
     }
@@ -228,7 +265,10 @@ fn with_a_watched_namespace_the_namespaced_rules_are_a_role_there() -> anyhow::R
         .context("a Role in databases")?;
     let mut n = BTreeSet::new();
     grants("ns", role, &mut n);
-    assert!(n.iter().any(|(_, g, r, v)| g == "batch" && r == "jobs" && v == "create"));
+    assert!(
+        n.iter()
+            .any(|(_, g, r, v)| g == "batch" && r == "jobs" && v == "create")
+    );
     Ok(())
 }
 
@@ -239,15 +279,29 @@ fn the_manager_pod_is_restricted_and_its_images_are_digests() -> anyhow::Result<
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(d["spec"]["replicas"], 2);
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
     let c = &pod["containers"][0];
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
-    assert_eq!(c["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(
+        c["securityContext"]["capabilities"]["drop"],
+        serde_json::json!(["ALL"])
+    );
     let image = c["image"].as_str().context("image")?;
     assert!(image.contains("@sha256:"), "{image}");
-    let args: Vec<&str> = c["args"].as_array().context("args")?.iter().filter_map(Value::as_str).collect();
-    assert!(args.iter().any(|a| a.starts_with("--executor-image=") && a.contains("@sha256:")));
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .context("args")?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        args.iter()
+            .any(|a| a.starts_with("--executor-image=") && a.contains("@sha256:"))
+    );
     assert!(args.contains(&"--leader-elect"));
     // The key is mounted from its Secret, never read through the API.
     assert!(args.contains(&"--token-key-file=/etc/ptah/keys/token.key"));

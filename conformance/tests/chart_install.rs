@@ -26,9 +26,9 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
-use kube::ResourceExt;
 use serde_json::json;
 
 use conformance::harness::Harness;
@@ -57,7 +57,10 @@ impl Release {
     /// and admission policy review only namespaces labelled `scope`.
     fn install(ns: &TestNamespace, scope: &str) -> anyhow::Result<Release> {
         let h = ns.harness();
-        let name = format!("ptah-operator-{}", ns.name().rsplit('-').next().unwrap_or("x"));
+        let name = format!(
+            "ptah-operator-{}",
+            ns.name().rsplit('-').next().unwrap_or("x")
+        );
         let release = Release {
             harness: h,
             name: name.clone(),
@@ -91,8 +94,11 @@ impl Release {
 impl Drop for Release {
     fn drop(&mut self) {
         let Ok(mut cmd) = chart::helm() else { return };
-        cmd.arg(format!("--kubeconfig={}", self.harness.kubeconfig().display()))
-            .args(["uninstall", &self.name, "--namespace", &self.namespace]);
+        cmd.arg(format!(
+            "--kubeconfig={}",
+            self.harness.kubeconfig().display()
+        ))
+        .args(["uninstall", &self.name, "--namespace", &self.namespace]);
         let _ = chart::run(cmd);
     }
 }
@@ -108,7 +114,11 @@ async fn ready_pods(ns: &TestNamespace, release: &Release) -> anyhow::Result<Vec
         .filter(|p| {
             p.status.as_ref().is_some_and(|st| {
                 st.phase.as_deref() == Some("Running")
-                    && st.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+                    && st
+                        .conditions
+                        .iter()
+                        .flatten()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
             })
         })
         .collect())
@@ -201,7 +211,10 @@ async fn the_installed_chart_leads_with_one_replica_survives_its_loss_and_rotate
     let first = patience
         .poll("a leader", || async { leader(&ns, &release).await })
         .await?;
-    assert!(names.contains(&first), "the leader {first} is one of {names:?}");
+    assert!(
+        names.contains(&first),
+        "the leader {first} is one of {names:?}"
+    );
 
     // Every Apply Job the schema ever has.
     let applies = Arc::new(Mutex::new(BTreeSet::new()));
@@ -247,9 +260,12 @@ async fn the_installed_chart_leads_with_one_replica_survives_its_loss_and_rotate
         "{second} is a replica of the release: {now:?}"
     );
     let s: PtahSchema = ns
-        .until(&PATIENCE, "orders", "InSync after the leader left", |s: &PtahSchema| {
-            phase(s) == Some(SchemaPhase::InSync)
-        })
+        .until(
+            &PATIENCE,
+            "orders",
+            "InSync after the leader left",
+            |s: &PtahSchema| phase(s) == Some(SchemaPhase::InSync),
+        )
         .await?;
     assert!(s.status.is_some());
     assert!(db.tables()?.contains(&"orders".to_string()));
@@ -275,14 +291,24 @@ async fn the_installed_chart_leads_with_one_replica_survives_its_loss_and_rotate
     let mut awaiting_plans = Vec::new();
     let mut dbs = Vec::new();
     for name in ["during", "after"] {
-        let db = TestDatabase::create(ns.harness(), Engine::Postgres, &format!("{}{name}", ns.name()))?;
+        let db = TestDatabase::create(
+            ns.harness(),
+            Engine::Postgres,
+            &format!("{}{name}", ns.name()),
+        )?;
         executor::schema_under(&ns, &db, name, json!({"apply": "OnApproval"})).await?;
         dbs.push(db);
     }
     for name in ["during", "after"] {
         let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
-        let s: PtahSchema = ns.until(&PATIENCE, name, "AwaitingApproval", awaiting).await?;
-        let plan = s.status.as_ref().and_then(|st| st.plan.clone()).context("status.plan")?;
+        let s: PtahSchema = ns
+            .until(&PATIENCE, name, "AwaitingApproval", awaiting)
+            .await?;
+        let plan = s
+            .status
+            .as_ref()
+            .and_then(|st| st.plan.clone())
+            .context("status.plan")?;
         awaiting_plans.push((s.uid().unwrap_or_default(), plan));
     }
     ns.api::<Secret>()
@@ -308,12 +334,22 @@ async fn the_installed_chart_leads_with_one_replica_survives_its_loss_and_rotate
     };
     // During the rotation: stamped and signed.
     let during: PtahSchemaApproval = create_admitted(&ns, approve(0, "during")).await?;
-    assert!(during.spec.approver.is_some(), "stamped during the rotation");
-    assert!(during.spec.stamp_signature.is_some(), "signed during the rotation");
+    assert!(
+        during.spec.approver.is_some(),
+        "stamped during the rotation"
+    );
+    assert!(
+        during.spec.stamp_signature.is_some(),
+        "signed during the rotation"
+    );
     // Every running replica serves the new certificate, without a restart.
     let pods = ready_pods(&ns, &release).await?;
     for pod in &pods {
-        let ip = pod.status.as_ref().and_then(|st| st.pod_ip.clone()).context("podIP")?;
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|st| st.pod_ip.clone())
+            .context("podIP")?;
         let addr: SocketAddr = format!("{ip}:9443").parse()?;
         Patience::new(Duration::from_secs(150), Duration::from_secs(1))
             .poll("the new certificate served", || async {
@@ -332,7 +368,10 @@ async fn the_installed_chart_leads_with_one_replica_survives_its_loss_and_rotate
     // The old CA gone: approvals are still stamped, and one is applied.
     set_ca_bundle(&ns, &release, &new_ca).await?;
     let after: PtahSchemaApproval = create_admitted(&ns, approve(1, "after")).await?;
-    assert!(after.spec.stamp_signature.is_some(), "signed after the rotation");
+    assert!(
+        after.spec.stamp_signature.is_some(),
+        "signed after the rotation"
+    );
     for name in ["during", "after"] {
         ns.until(&PATIENCE, name, "InSync, approved", |s: &PtahSchema| {
             phase(s) == Some(SchemaPhase::InSync)

@@ -46,7 +46,10 @@ struct Installed {
 impl Installed {
     async fn apply(ns: &TestNamespace, kinds: &[&str], extra: &[&str]) -> anyhow::Result<Self> {
         // The release name holds the chart's, so its objects keep it as is.
-        let release = format!("ptah-operator-{}", ns.name().rsplit('-').next().unwrap_or("x"));
+        let release = format!(
+            "ptah-operator-{}",
+            ns.name().rsplit('-').next().unwrap_or("x")
+        );
         let rendered = chart::template_as(&release, ns.name(), extra)?;
         let docs: Vec<Value> = chart::documents(&rendered)?
             .into_iter()
@@ -94,7 +97,13 @@ const RBAC: [&str; 5] = [
 ];
 
 /// `kubectl auth can-i VERB RESOURCE --as=SA WHERE`: yes or no.
-fn can_i(harness: &Harness, sa: &str, verb: &str, resource: &str, at: &[&str]) -> anyhow::Result<bool> {
+fn can_i(
+    harness: &Harness,
+    sa: &str,
+    verb: &str,
+    resource: &str,
+    at: &[&str],
+) -> anyhow::Result<bool> {
     let out = Command::new(conformance::tools::tool("kubectl")?)
         .arg(format!("--kubeconfig={}", harness.kubeconfig().display()))
         .args(["auth", "can-i", verb, resource, &format!("--as={sa}")])
@@ -123,7 +132,11 @@ async fn the_service_account_reads_no_secret_and_its_rbac_is_enough_to_converge(
     );
     let h = ns.harness();
     for verb in ["get", "list", "watch"] {
-        for at in [vec!["--all-namespaces"], vec!["-n", ns.name()], vec!["-n", "default"]] {
+        for at in [
+            vec!["--all-namespaces"],
+            vec!["-n", ns.name()],
+            vec!["-n", "default"],
+        ] {
             assert!(
                 !can_i(h, &sa, verb, "secrets", &at)?,
                 "the manager's ServiceAccount may {verb} secrets {at:?}"
@@ -132,15 +145,36 @@ async fn the_service_account_reads_no_secret_and_its_rbac_is_enough_to_converge(
     }
     // The same question answers yes where the chart grants: the check can fail.
     assert!(can_i(h, &sa, "create", "secrets", &["-n", "default"])?);
-    assert!(can_i(h, &sa, "create", "jobs.batch", &["--all-namespaces"])?);
-    assert!(can_i(h, &sa, "update", "leases.coordination.k8s.io", &["-n", ns.name()])?);
+    assert!(can_i(
+        h,
+        &sa,
+        "create",
+        "jobs.batch",
+        &["--all-namespaces"]
+    )?);
+    assert!(can_i(
+        h,
+        &sa,
+        "update",
+        "leases.coordination.k8s.io",
+        &["-n", ns.name()]
+    )?);
     assert!(
-        !can_i(h, &sa, "update", "leases.coordination.k8s.io", &["-n", "default"])?,
+        !can_i(
+            h,
+            &sa,
+            "update",
+            "leases.coordination.k8s.io",
+            &["-n", "default"]
+        )?,
         "Leases only in the release's namespace"
     );
 
     // A manager with the ServiceAccount's token, nothing more.
-    let kubeconfig = h.state.join("managers").join(format!("{}-sa.kubeconfig", ns.name()));
+    let kubeconfig = h
+        .state
+        .join("managers")
+        .join(format!("{}-sa.kubeconfig", ns.name()));
     std::fs::create_dir_all(kubeconfig.parent().context("a parent")?)?;
     chart::service_account_kubeconfig(h, ns.name(), &installed.service_account(), &kubeconfig)
         .await?;
@@ -152,15 +186,24 @@ async fn the_service_account_reads_no_secret_and_its_rbac_is_enough_to_converge(
     let db = TestDatabase::create(h, Engine::Postgres, ns.name())?;
     executor::schema(&ns, &db, "orders").await?;
     let s: PtahSchema = ns
-        .until(&PATIENCE, "orders", "InSync under the chart's RBAC", |s: &PtahSchema| {
-            s.status.as_ref().and_then(|st| st.phase) == Some(SchemaPhase::InSync)
-        })
+        .until(
+            &PATIENCE,
+            "orders",
+            "InSync under the chart's RBAC",
+            |s: &PtahSchema| s.status.as_ref().and_then(|st| st.phase) == Some(SchemaPhase::InSync),
+        )
         .await
         .with_context(|| manager.log())?;
     assert!(s.status.is_some());
-    assert!(db.tables()?.contains(&"orders".to_string()), "the table was made");
+    assert!(
+        db.tables()?.contains(&"orders".to_string()),
+        "the table was made"
+    );
     let log = manager.log();
-    assert!(!log.contains("Forbidden"), "the manager was refused something:\n{log}");
+    assert!(
+        !log.contains("Forbidden"),
+        "the manager was refused something:\n{log}"
+    );
     Ok(())
 }
 
@@ -194,10 +237,16 @@ async fn a_stamp_no_webhook_wrote_is_refused_by_the_policy_and_then_at_dispatch(
         .with_service_account(Duration::from_secs(60));
     let ns = TestNamespace::new(harness().await, "cvap", "stamp", spec).await?;
     // The policy only where this test's label is, so no other test meets it.
-    let label = format!("admissionPolicy.namespaceSelector.matchLabels.ptah-vap={}", ns.name());
+    let label = format!(
+        "admissionPolicy.namespaceSelector.matchLabels.ptah-vap={}",
+        ns.name()
+    );
     let installed = Installed::apply(
         &ns,
-        &["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"],
+        &[
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ],
         &["--set", &label],
     )
     .await?;
@@ -221,7 +270,11 @@ async fn a_stamp_no_webhook_wrote_is_refused_by_the_policy_and_then_at_dispatch(
         })
         .await
         .with_context(|| manager.log())?;
-    let plan = s.status.as_ref().and_then(|st| st.plan.clone()).context("status.plan")?;
+    let plan = s
+        .status
+        .as_ref()
+        .and_then(|st| st.plan.clone())
+        .context("status.plan")?;
     let approval = |name: &str, approver: Option<&str>| {
         let mut spec = json!({
             "schemaRef": {"name": "orders", "uid": s.uid()},
@@ -242,7 +295,10 @@ async fn a_stamp_no_webhook_wrote_is_refused_by_the_policy_and_then_at_dispatch(
     // moment); a stamp of someone else, and no stamp at all.
     let refused = Patience::new(Duration::from_secs(30), Duration::from_millis(250))
         .poll("the policy refuses a forged approver", || async {
-            match alice.create(&PostParams::default(), &approval("forged", Some("bob"))?).await {
+            match alice
+                .create(&PostParams::default(), &approval("forged", Some("bob"))?)
+                .await
+            {
                 Err(kube::Error::Api(e)) => Ok(Some(e.message)),
                 Ok(_) => {
                     alice.delete("forged", &Default::default()).await.ok();
@@ -256,15 +312,24 @@ async fn a_stamp_no_webhook_wrote_is_refused_by_the_policy_and_then_at_dispatch(
         refused.contains("spec.approver: names bob, but the request was made by alice"),
         "{refused}"
     );
-    let Err(kube::Error::Api(e)) = alice.create(&PostParams::default(), &approval("bare", None)?).await
+    let Err(kube::Error::Api(e)) = alice
+        .create(&PostParams::default(), &approval("bare", None)?)
+        .await
     else {
         panic!("an approval without a stamp was admitted");
     };
-    assert!(e.message.contains("spec.approver: not stamped"), "{}", e.message);
+    assert!(
+        e.message.contains("spec.approver: not stamped"),
+        "{}",
+        e.message
+    );
 
     // Without the policy the forged approval reaches the store...
     installed
-        .remove(&["ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"])
+        .remove(&[
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+        ])
         .await?;
     Patience::new(Duration::from_secs(30), Duration::from_millis(250))
         .poll("the forged approval is stored", || async {
@@ -289,7 +354,11 @@ async fn a_stamp_no_webhook_wrote_is_refused_by_the_policy_and_then_at_dispatch(
         .with_context(|| manager.log())?;
     assert_eq!(refused.status, ConditionStatus::False);
     assert_eq!(refused.reason, Reason::StampNotSigned);
-    assert!(refused.message.contains("spec.stampSignature"), "{}", refused.message);
+    assert!(
+        refused.message.contains("spec.stampSignature"),
+        "{}",
+        refused.message
+    );
     // A while later: still waiting, and no Apply Job was ever made.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let s: PtahSchema = ns.api::<PtahSchema>().get("orders").await?;
@@ -305,6 +374,9 @@ async fn a_stamp_no_webhook_wrote_is_refused_by_the_policy_and_then_at_dispatch(
         .filter(|n| n.contains("-apply-"))
         .collect();
     assert!(applies.is_empty(), "an Apply Job ran: {applies:?}");
-    assert!(!db.tables()?.contains(&"orders".to_string()), "the table was made");
+    assert!(
+        !db.tables()?.contains(&"orders".to_string()),
+        "the table was made"
+    );
     Ok(())
 }

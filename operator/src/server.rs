@@ -543,7 +543,11 @@ mod tests {
         std::fs::write(dir.path().join("ca.crt"), &new_ca).unwrap();
         let t = tls.clone();
         let want = new_ca.clone();
-        wait_for("the new CA is read", Box::new(move || *t.ca.read().unwrap() == want)).await;
+        wait_for(
+            "the new CA is read",
+            Box::new(move || *t.ca.read().unwrap() == want),
+        )
+        .await;
         reload.abort();
     }
 }

@@ -65,9 +65,16 @@ pub async fn apply(client: &kube::Client, docs: &[Value]) -> anyhow::Result<()> 
     let discovery = Discovery::new(client.clone()).run().await?;
     let pp = PatchParams::apply("ptah-conformance").force();
     for doc in docs {
-        let (group, version) = match doc["apiVersion"].as_str().unwrap_or_default().split_once('/') {
+        let (group, version) = match doc["apiVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .split_once('/')
+        {
             Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (String::new(), doc["apiVersion"].as_str().unwrap_or_default().to_string()),
+            None => (
+                String::new(),
+                doc["apiVersion"].as_str().unwrap_or_default().to_string(),
+            ),
         };
         let kind = doc["kind"].as_str().unwrap_or_default();
         let gvk = kube::core::GroupVersionKind::gvk(&group, &version, kind);
@@ -92,11 +99,22 @@ pub async fn delete(client: &kube::Client, docs: &[Value]) -> anyhow::Result<()>
     use kube::discovery::{Discovery, Scope};
     let discovery = Discovery::new(client.clone()).run().await?;
     for doc in docs {
-        let (group, version) = match doc["apiVersion"].as_str().unwrap_or_default().split_once('/') {
+        let (group, version) = match doc["apiVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .split_once('/')
+        {
             Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (String::new(), doc["apiVersion"].as_str().unwrap_or_default().to_string()),
+            None => (
+                String::new(),
+                doc["apiVersion"].as_str().unwrap_or_default().to_string(),
+            ),
         };
-        let gvk = kube::core::GroupVersionKind::gvk(&group, &version, doc["kind"].as_str().unwrap_or_default());
+        let gvk = kube::core::GroupVersionKind::gvk(
+            &group,
+            &version,
+            doc["kind"].as_str().unwrap_or_default(),
+        );
         let Some((resource, caps)) = discovery.resolve_gvk(&gvk) else {
             continue;
         };
