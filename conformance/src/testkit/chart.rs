@@ -57,35 +57,40 @@ pub fn template_as(release: &str, namespace: &str, extra: &[&str]) -> anyhow::Re
     run(cmd)
 }
 
+/// The API of `doc`'s kind where it lives (its namespace, or cluster-wide);
+/// `None` when the API server serves no such kind.
+fn api_of(
+    client: &kube::Client,
+    discovery: &kube::discovery::Discovery,
+    doc: &Value,
+) -> Option<kube::Api<kube::api::DynamicObject>> {
+    use kube::discovery::Scope;
+    let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = doc["kind"].as_str().unwrap_or_default();
+    let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
+    let (resource, caps) = discovery.resolve_gvk(&gvk)?;
+    Some(match (caps.scope, doc["metadata"]["namespace"].as_str()) {
+        (Scope::Namespaced, Some(ns)) => kube::Api::namespaced_with(client.clone(), ns, &resource),
+        _ => kube::Api::all_with(client.clone(), &resource),
+    })
+}
+
 /// Applies `docs` (server-side, as `ptah-conformance`): each in its own
 /// namespace, or cluster-wide.
 pub async fn apply(client: &kube::Client, docs: &[Value]) -> anyhow::Result<()> {
-    use kube::api::{Api, DynamicObject, Patch, PatchParams};
-    use kube::discovery::{Discovery, Scope};
-    let discovery = Discovery::new(client.clone()).run().await?;
+    use kube::api::{Patch, PatchParams};
+    let discovery = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await?;
     let pp = PatchParams::apply("ptah-conformance").force();
     for doc in docs {
-        let (group, version) = match doc["apiVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .split_once('/')
-        {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (
-                String::new(),
-                doc["apiVersion"].as_str().unwrap_or_default().to_string(),
-            ),
-        };
-        let kind = doc["kind"].as_str().unwrap_or_default();
-        let gvk = kube::core::GroupVersionKind::gvk(&group, &version, kind);
-        let (resource, caps) = discovery
-            .resolve_gvk(&gvk)
-            .with_context(|| format!("the API server serves no {kind} in {group}/{version}"))?;
-        let name = doc["metadata"]["name"].as_str().context("metadata.name")?;
-        let api: Api<DynamicObject> = match (caps.scope, doc["metadata"]["namespace"].as_str()) {
-            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
-            _ => Api::all_with(client.clone(), &resource),
-        };
+        let (kind, name) = (
+            &doc["kind"],
+            doc["metadata"]["name"].as_str().unwrap_or_default(),
+        );
+        let api = api_of(client, &discovery, doc)
+            .with_context(|| format!("the API server serves no {kind} of {}", doc["apiVersion"]))?;
         api.patch(name, &pp, &Patch::Apply(doc))
             .await
             .with_context(|| format!("applying {kind} {name}"))?;
@@ -95,35 +100,14 @@ pub async fn apply(client: &kube::Client, docs: &[Value]) -> anyhow::Result<()> 
 
 /// Deletes `docs` where they are, ignoring those already gone.
 pub async fn delete(client: &kube::Client, docs: &[Value]) -> anyhow::Result<()> {
-    use kube::api::{Api, DeleteParams, DynamicObject};
-    use kube::discovery::{Discovery, Scope};
-    let discovery = Discovery::new(client.clone()).run().await?;
+    let discovery = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await?;
     for doc in docs {
-        let (group, version) = match doc["apiVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .split_once('/')
-        {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (
-                String::new(),
-                doc["apiVersion"].as_str().unwrap_or_default().to_string(),
-            ),
-        };
-        let gvk = kube::core::GroupVersionKind::gvk(
-            &group,
-            &version,
-            doc["kind"].as_str().unwrap_or_default(),
-        );
-        let Some((resource, caps)) = discovery.resolve_gvk(&gvk) else {
-            continue;
-        };
-        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
-        let api: Api<DynamicObject> = match (caps.scope, doc["metadata"]["namespace"].as_str()) {
-            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
-            _ => Api::all_with(client.clone(), &resource),
-        };
-        let _ = api.delete(name, &DeleteParams::default()).await;
+        if let Some(api) = api_of(client, &discovery, doc) {
+            let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+            let _ = api.delete(name, &Default::default()).await;
+        }
     }
     Ok(())
 }
