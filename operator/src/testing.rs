@@ -764,7 +764,7 @@ pub fn schema_approval_example() -> PtahSchemaApproval {
             approver: Some(identity()),
             approved_at: Some(at(30)),
             mutation_request_uid: Some("admission-uid".into()),
-            stamp_signature: None,
+            stamp_signature: Some(format!("v1:{}", "5a".repeat(32))),
         },
     );
     approval.metadata = meta("approve-abc");
@@ -789,7 +789,7 @@ pub fn migration_approval_example() -> PtahMigrationApproval {
             approver: Some(identity()),
             approved_at: Some(at(30)),
             mutation_request_uid: Some("admission-uid".into()),
-            stamp_signature: None,
+            stamp_signature: Some(format!("v1:{}", "5a".repeat(32))),
         },
     );
     approval.metadata = meta("approve-abc");
@@ -813,7 +813,7 @@ pub fn acknowledgment_example() -> PtahMigrationRunAcknowledgment {
             acknowledged_by: Some(identity()),
             acknowledged_at: Some(at(130)),
             mutation_request_uid: Some("admission-uid".into()),
-            stamp_signature: None,
+            stamp_signature: Some(format!("v1:{}", "5a".repeat(32))),
         },
     );
     ack.metadata = meta("ack-1");
