@@ -9,8 +9,10 @@ say() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # Debian packages: PostgreSQL 15, MariaDB, bubblewrap (the process kubelet's
 # sandbox), OpenSSH (the harness's git-over-SSH server), git, and envsubst
-# (gettext-base) for the harness examples.
-packages=(postgresql mariadb-server mariadb-client bubblewrap openssh-server openssh-client git curl gettext-base)
+# (gettext-base) for the harness examples; iproute2 (the process kubelet's
+# local route for Pod IPs) and python3 (the servers in the kubelet's network
+# tests).
+packages=(postgresql mariadb-server mariadb-client bubblewrap openssh-server openssh-client git curl gettext-base iproute2 python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
