@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use conformance::harness::Harness;
-use conformance::testkit::admission::Webhooks;
+use conformance::testkit::admission::{Webhooks, client_as};
 use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
 use conformance::testkit::wait::Patience;
 use operator::admission::{StampKey, handler, webhook_configurations};
@@ -120,13 +120,7 @@ impl Scope {
 
     /// A client of the harness acting as `alice` (group `ptah-approvers`).
     async fn approver(&self) -> anyhow::Result<Client> {
-        let kc = kube::config::Kubeconfig::read_from(self.harness.kubeconfig())?;
-        let mut config =
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await?;
-        config.auth_info.impersonate = Some(APPROVER.to_owned());
-        config.auth_info.impersonate_groups = Some(vec![APPROVER_GROUP.to_owned()]);
-        Ok(Client::try_from(config)?)
+        client_as(self.harness, APPROVER, &[APPROVER_GROUP]).await
     }
 
     /// Creates an object here as the cluster admin (what the operator writes).

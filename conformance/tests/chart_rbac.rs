@@ -21,6 +21,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use conformance::harness::Harness;
+use conformance::testkit::admission::client_as;
 use conformance::testkit::chart;
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
@@ -221,12 +222,7 @@ async fn grant_alice(ns: &TestNamespace) -> anyhow::Result<Client> {
     }))?;
     ns.api::<Role>().create(&pp, &role).await?;
     ns.api::<RoleBinding>().create(&pp, &binding).await?;
-    let kc = kube::config::Kubeconfig::read_from(ns.harness().kubeconfig())?;
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await?;
-    config.auth_info.impersonate = Some("alice".to_owned());
-    Ok(Client::try_from(config)?)
+    client_as(ns.harness(), "alice", &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -86,6 +86,24 @@ impl Webhooks {
     }
 }
 
+/// A client of the harness acting as `user` in `groups`, as a person's
+/// request reaches admission.
+pub async fn client_as(
+    harness: &Harness,
+    user: &str,
+    groups: &[&str],
+) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(harness.kubeconfig())?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await?;
+    config.auth_info.impersonate = Some(user.to_owned());
+    if !groups.is_empty() {
+        config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+    }
+    Ok(kube::Client::try_from(config)?)
+}
+
 /// Registers the two webhook configurations `name` for the namespace `ns`
 /// only (labelling it), served at `url` under a certificate of the CA
 /// `ca_pem`; ones of that name already there are replaced.

@@ -206,7 +206,6 @@ async fn main() -> anyhow::Result<()> {
         PLANS_PATH,
         Arc::new(Receiver::new(client.clone(), key.clone())).plan_handler(),
     );
-    let ca_pem = tls.ca_pem.clone();
     let ca_handle = tls.ca.clone();
     // A certificate from files (a mounted Secret) is followed as it rotates.
     if let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.tls_ca) {
@@ -262,11 +261,7 @@ async fn main() -> anyhow::Result<()> {
         traces = telemetry.spans.enabled(),
         "manager starting"
     );
-    let ctx = Arc::new(
-        Context::new(client, config, key, ca_pem)
-            .with_receiver_ca(ca_handle)
-            .with_telemetry(telemetry),
-    );
+    let ctx = Arc::new(Context::new(client, config, key, ca_handle).with_telemetry(telemetry));
     let metrics = match args.metrics_listen.0 {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)

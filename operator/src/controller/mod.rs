@@ -142,7 +142,7 @@ impl Context {
         client: Client,
         config: Config,
         token_key: Arc<TokenKey>,
-        receiver_ca_pem: String,
+        receiver_ca: Arc<std::sync::RwLock<String>>,
     ) -> Self {
         let leases = Leases::new(
             client.clone(),
@@ -162,7 +162,7 @@ impl Context {
             leases,
             stamp_key: crate::admission::StampKey::of(&token_key),
             token_key,
-            receiver_ca: Arc::new(std::sync::RwLock::new(receiver_ca_pem)),
+            receiver_ca,
             recorder,
             backoff: error::Backoff::default(),
             stores: std::sync::OnceLock::new(),
@@ -170,12 +170,6 @@ impl Context {
             contents: Default::default(),
             telemetry: Telemetry::default(),
         }
-    }
-
-    /// With the receiver's CA read from `ca`, which a reload keeps current.
-    pub fn with_receiver_ca(mut self, ca: Arc<std::sync::RwLock<String>>) -> Self {
-        self.receiver_ca = ca;
-        self
     }
 
     /// With `telemetry` instead of none.
