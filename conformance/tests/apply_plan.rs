@@ -330,7 +330,11 @@ async fn an_apply_job_fetches_exactly_its_plans_bytes_and_refuses_a_replaced_chu
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     let key = Arc::new(TokenKey::generate());
-    let receiver = Arc::new(Receiver::new(client.clone(), key.clone()));
+    let receiver = Arc::new(Receiver::new(
+        client.clone(),
+        key.clone(),
+        Arc::new(receiver::Inbox::new()),
+    ));
     let routes = Routes::new()
         .route(RESULTS_PATH, receiver.clone().handler())
         .route(PLANS_PATH, receiver.plan_handler());
@@ -422,6 +426,7 @@ async fn an_apply_job_fetches_exactly_its_plans_bytes_and_refuses_a_replaced_chu
                 name: RECEIVER_CA_CONFIGMAP.into(),
                 key: RECEIVER_CA_KEY.into(),
             }),
+            finished_ttl_seconds: None,
         })
     };
     input.result = delivery(1)?;

@@ -120,7 +120,12 @@ async fn a_resolve_job_delivers_its_result_bound_to_the_claim_and_forgeries_are_
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     let key = Arc::new(TokenKey::generate());
-    let handler = Arc::new(Receiver::new(client.clone(), key.clone())).handler();
+    let handler = Arc::new(Receiver::new(
+        client.clone(),
+        key.clone(),
+        Arc::new(receiver::Inbox::new()),
+    ))
+    .handler();
     tokio::spawn(async move {
         serve(
             listener,
@@ -195,6 +200,7 @@ async fn a_resolve_job_delivers_its_result_bound_to_the_claim_and_forgeries_are_
             name: RECEIVER_CA_CONFIGMAP.into(),
             key: RECEIVER_CA_KEY.into(),
         }),
+        finished_ttl_seconds: None,
     };
     let job = build_job(&input)?;
     assert_eq!(job.metadata.name.as_deref(), Some(job_name.as_str()));

@@ -270,7 +270,8 @@ async fn configmap_source_is_snapshotted_and_each_observe_attempt_has_one_job() 
         "one Job per attempt of the claim: {all:?}"
     );
 
-    // A harvested attempt's Job gets its TTL and loses its token Secret.
+    // A harvested read's Job has its TTL, and its token Secret goes with
+    // it (owned by the Job, or gone already).
     let first = observe
         .iter()
         .find(|(_, attempt, _)| attempt == "1")
@@ -283,13 +284,21 @@ async fn configmap_source_is_snapshotted_and_each_observe_attempt_has_one_job() 
             let secrets = ns.api::<Secret>();
             let first = first.clone();
             async move {
-                let ttl = jobs
-                    .get_opt(&first)
-                    .await?
-                    .and_then(|j| j.spec)
+                let job = jobs.get_opt(&first).await?;
+                let ttl = job
+                    .as_ref()
+                    .and_then(|j| j.spec.as_ref())
                     .and_then(|s| s.ttl_seconds_after_finished);
+                let uid = job.as_ref().and_then(|j| j.metadata.uid.clone());
                 let secret = secrets.get_opt(&format!("{first}-result")).await?;
-                anyhow::Ok((ttl.is_some() && secret.is_none()).then_some(()))
+                let goes_with_job = secret.is_none_or(|s| {
+                    s.metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|o| o.kind == "Job" && Some(&o.uid) == uid.as_ref())
+                });
+                anyhow::Ok((ttl.is_some() && goes_with_job).then_some(()))
             }
         })
         .await?;

@@ -11,7 +11,7 @@ use clap::Parser;
 use ptah_operator::api::status::ExecutionBinding;
 use ptah_operator::controller::{self, Config, Context, FaultPoint, Telemetry};
 use ptah_operator::execution::job::Images;
-use ptah_operator::execution::receiver::{Receiver, TokenKey};
+use ptah_operator::execution::receiver::{Inbox, Receiver, TokenKey};
 use ptah_operator::protocol::receiver::{PLANS_PATH, RESULTS_PATH};
 use ptah_operator::server::{self, Routes, Tls};
 use ptah_operator::telemetry::export::{self, Spans};
@@ -91,7 +91,8 @@ struct Args {
     /// How long a leader holds its Lease without renewing, in seconds.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=300))]
     leader_election_duration_seconds: u64,
-    /// How long a realm Lease lasts without renewal, in seconds.
+    /// The shortest realm Lease, in seconds: a claim's lasts its Job's
+    /// deadline plus a minute when that is longer.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(i32).range(5..=86460))]
     lease_duration_seconds: i32,
     /// How long a harvested Job is kept, in seconds.
@@ -192,20 +193,20 @@ async fn main() -> anyhow::Result<()> {
         .receiver_url
         .clone()
         .unwrap_or_else(|| format!("https://{local}{RESULTS_PATH}"));
-    let receiver = Arc::new(Receiver::new(client.clone(), key.clone()));
+    let inbox = Arc::new(Inbox::new());
+    let receiver = Arc::new(Receiver::new(client.clone(), key.clone(), inbox.clone()));
     // The approvals' stamps and checks are served beside the receiver; the
     // chart registers them (`admission::webhook_configurations`).
-    let routes = Routes::new().route(RESULTS_PATH, receiver.handler()).route(
-        "/admission/",
-        ptah_operator::admission::handler(
-            client.clone(),
-            Arc::new(ptah_operator::admission::StampKey::of(&key)),
-        ),
-    );
-    let routes = routes.route(
-        PLANS_PATH,
-        Arc::new(Receiver::new(client.clone(), key.clone())).plan_handler(),
-    );
+    let routes = Routes::new()
+        .route(RESULTS_PATH, receiver.clone().handler())
+        .route(
+            "/admission/",
+            ptah_operator::admission::handler(
+                client.clone(),
+                Arc::new(ptah_operator::admission::StampKey::of(&key)),
+            ),
+        );
+    let routes = routes.route(PLANS_PATH, receiver.clone().plan_handler());
     let ca_handle = tls.ca.clone();
     // A certificate from files (a mounted Secret) is followed as it rotates.
     if let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.tls_ca) {
@@ -261,7 +262,8 @@ async fn main() -> anyhow::Result<()> {
         traces = telemetry.spans.enabled(),
         "manager starting"
     );
-    let ctx = Arc::new(Context::new(client, config, key, ca_handle).with_telemetry(telemetry));
+    let ctx =
+        Arc::new(Context::new(client, config, key, inbox, ca_handle).with_telemetry(telemetry));
     let metrics = match args.metrics_listen.0 {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)

@@ -115,6 +115,8 @@ pub fn common_input(
                 name: RECEIVER_CA_CONFIGMAP.into(),
                 key: RECEIVER_CA_KEY.into(),
             }),
+            finished_ttl_seconds: Some(config.harvested_ttl_seconds)
+                .filter(|_| claim.type_ != OperationType::Apply),
         },
         trace: None,
     })

@@ -11,10 +11,13 @@
 //! and its `dispatchStarted` marker are written before the one Job create; a
 //! Job found under the reserved name is adopted, never created twice; the
 //! Job's UID is recorded once it is known; a terminal Job's result is
-//! harvested from the receiver's store and the claim cleared in one status
-//! write; only then is the Job given its cleanup TTL and the token Secret
-//! and stored result deleted. A manager killed between any two of these
-//! writes finds, on restart, exactly what to do next from the status.
+//! harvested from the receiver's store (or, for a read, handed over by the
+//! receiver in memory: [`Inbox`]) and the claim cleared in one status write;
+//! only then is an Apply's Job given its cleanup TTL and its token Secret
+//! and stored result deleted (a read's Job has its TTL from creation, and
+//! its token Secret and stored result are owned by it). A manager killed
+//! between any two of these writes finds, on restart, exactly what to do
+//! next from the status.
 
 mod dispatch;
 mod error;
@@ -48,7 +51,7 @@ use crate::api::approval::Approval;
 use crate::api::status::{ExecutionBinding, OperationStatus};
 use crate::execution::job::{Images, MANAGED_BY};
 use crate::execution::lease::Leases;
-use crate::execution::receiver::TokenKey;
+use crate::execution::receiver::{Inbox, TokenKey};
 
 /// A place in the dispatch protocol where a test can stop the manager, right
 /// after the durable write that precedes it (`--fault-point`, test-only).
@@ -61,7 +64,8 @@ pub enum FaultPoint {
     /// The Job's UID is recorded on an Apply's claim (a read's create has
     /// returned: its UID comes with its result).
     AfterJobUid,
-    /// The harvested outcome is written; the Job is not yet given its TTL.
+    /// The harvested outcome is written; an Apply's Job is not yet given its
+    /// TTL.
     AfterOutcome,
 }
 
@@ -103,6 +107,8 @@ pub struct Context {
     pub leases: Leases,
     /// The key result tokens are derived from.
     pub token_key: Arc<TokenKey>,
+    /// Reads' results the receiver hands over without storing them.
+    pub inbox: Arc<Inbox>,
     /// The key admission signs stamps with (derived from the token key):
     /// an approval or acknowledgment it cannot verify counts for nothing.
     pub stamp_key: crate::admission::StampKey,
@@ -120,6 +126,8 @@ pub struct Context {
     versions: versions::ByVersion<()>,
     /// What source ConfigMaps' selected keys gave: (UID, content digest).
     contents: versions::ByVersion<(String, String)>,
+    /// The Jobs (by UID) whose token Secret this manager made or found.
+    tokens_made: versions::Once,
     /// Traces and metrics.
     pub telemetry: Telemetry,
 }
@@ -142,6 +150,7 @@ impl Context {
         client: Client,
         config: Config,
         token_key: Arc<TokenKey>,
+        inbox: Arc<Inbox>,
         receiver_ca: Arc<std::sync::RwLock<String>>,
     ) -> Self {
         let leases = Leases::new(
@@ -162,12 +171,14 @@ impl Context {
             leases,
             stamp_key: crate::admission::StampKey::of(&token_key),
             token_key,
+            inbox,
             receiver_ca,
             recorder,
             backoff: error::Backoff::default(),
             stores: std::sync::OnceLock::new(),
             versions: Default::default(),
             contents: Default::default(),
+            tokens_made: Default::default(),
             telemetry: Telemetry::default(),
         }
     }
@@ -257,7 +268,13 @@ async fn family<K: Family>(
     let by_config_map = store.clone();
     let by_realm = store.clone();
     // A person's decision wakes the resource it names at once.
+    // A result handed over by the receiver wakes the resource it is for.
+    let handed = ctx
+        .inbox
+        .take_for(K::KIND)
+        .map(|(ns, name)| ObjectRef::new(&name).within(&ns));
     let controller = Controller::for_shared_stream(subs.resources, store)
+        .reconcile_on(handed)
         .watches_shared_stream(subs.approvals, |a| {
             Some(ObjectRef::new(&a.owner().name).within(&a.namespace().unwrap_or_default()))
         });

@@ -29,6 +29,7 @@ use crate::api::status::{
     ActiveOperation, Authorization, OperationStatus, OperationType, PendingLockRelease,
 };
 use crate::execution::lease::{Acquired, Continuity};
+use crate::execution::receiver::Addressee;
 use crate::lifecycle::common::{ApprovalSeen, Seen, Shared};
 use crate::telemetry::change::{self, Facts, SpanRecord};
 use opentelemetry_sdk::trace::IdGenerator;
@@ -225,6 +226,15 @@ impl<F: Family> Pass<'_, F> {
         self.obj.status().cloned().unwrap_or_default()
     }
 
+    /// The resource as the receiver's hand-over names it.
+    fn addressee(&self) -> Addressee {
+        Addressee {
+            kind: F::KIND.to_string(),
+            namespace: self.ns.clone(),
+            name: self.name(),
+        }
+    }
+
     /// The resource's UID.
     pub fn uid(&self) -> String {
         self.obj.meta().uid.clone().unwrap_or_default()
@@ -276,7 +286,15 @@ impl<F: Family> Pass<'_, F> {
         }
         let spans = self.trace_change();
         self.obj = runtime::write_status(&self.api, &self.obj).await?;
-        self.stored_verdict = F::verdict(&self.status());
+        // A result handed over for a claim this write ended is recorded:
+        // its runner is answered now.
+        let st = self.status();
+        let claim = st.active_operation();
+        self.ctx.inbox.written(
+            &self.addressee(),
+            claim.map(|c| (c.operation_id.as_str(), c.attempt)),
+        );
+        self.stored_verdict = F::verdict(&st);
         // Only what is stored is exported: a write refused exports nothing,
         // and the pass that follows steps again from what is stored.
         self.ctx.telemetry.metrics.spans_ended(F::KIND, &spans);
@@ -401,7 +419,7 @@ impl<F: Family> Pass<'_, F> {
             return Ok(Vec::new());
         }
         let mut obs = Vec::new();
-        let job = runtime::claim_job(self.ctx, &self.ns, &self.uid(), &c).await?;
+        let job = runtime::claim_job(self.ctx, &self.addressee(), &self.uid(), &c).await?;
         if let (Some(epoch), Some(digest)) = (&c.lease_epoch, &c.coordination_digest)
             && !c.lease_continuity_lost
         {
@@ -420,6 +438,11 @@ impl<F: Family> Pass<'_, F> {
         }
         match job {
             ClaimJob::Running(uid) => {
+                // A manager stopped between the Job's create and its token
+                // Secret's leaves a Pod waiting for it.
+                if let (Some(uid), Some(name)) = (&uid, &c.job_name) {
+                    runtime::token_secret_of(self.ctx, &self.ns, name, uid, &c).await?;
+                }
                 if c.job_uid.is_none() && c.type_ == OperationType::Apply {
                     self.record_job_uid(&c, uid).await?;
                 }
@@ -453,7 +476,7 @@ impl<F: Family> Pass<'_, F> {
         c: &ActiveOperation,
         job: Option<&Job>,
     ) -> Result<F::Observation, Error> {
-        let stored = runtime::stored_result(self.ctx, &self.ns, c).await?;
+        let stored = runtime::stored_result(self.ctx, &self.addressee(), c).await?;
         self.harvested = Some(c.type_);
         let outcome = stored
             .as_ref()
@@ -678,7 +701,11 @@ impl<F: Family> Pass<'_, F> {
             }
             .into());
         };
-        let secs = self.ctx.config.lease_duration_seconds;
+        let deadline = self.obj.job_spec().execution.active_deadline_seconds;
+        let secs = crate::execution::lease::claim_duration_seconds(
+            self.ctx.config.lease_duration_seconds,
+            deadline,
+        );
         let acquired = self
             .ctx
             .leases

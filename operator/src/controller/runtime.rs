@@ -24,7 +24,9 @@ use crate::api::realm::PtahRealm;
 use crate::api::source::{ConfigMapSource, Source, SourceKind, SourceStatus};
 use crate::api::status::{ActiveOperation, OperationType};
 use crate::execution::job::{ClaimInput, build_job, is_job_of_claim};
-use crate::execution::receiver::{self, StoredResult, receiver_ca_config_map, token_secret};
+use crate::execution::receiver::{
+    self, Addressee, StoredResult, receiver_ca_config_map, token_secret,
+};
 use crate::execution::snapshot::{self, ResolveError};
 use crate::lifecycle::realm::{self, Claimant, RealmVerdict};
 
@@ -241,13 +243,15 @@ pub enum ClaimJob {
     },
 }
 
-/// Finds the claim's Job under its reserved name.
+/// Finds the claim's Job under its reserved name; a Job whose result was
+/// handed over counts as ended (its runner only waits for the answer).
 pub async fn claim_job(
     ctx: &Context,
-    ns: &str,
+    to: &Addressee,
     owner_uid: &str,
     c: &ActiveOperation,
 ) -> Result<ClaimJob, Error> {
+    let ns = to.namespace.as_str();
     let Some(job_name) = c.job_name.as_deref() else {
         return Ok(ClaimJob::Unnamed);
     };
@@ -268,7 +272,8 @@ pub async fn claim_job(
     };
     Ok(match job {
         Some(j) if is_job_of_claim(&j, &claim_input(c), owner_uid) => {
-            if super::harvest::terminal(&j) {
+            let handed = ctx.inbox.result(to, &c.operation_id, c.attempt).is_some();
+            if handed || super::harvest::terminal(&j) {
                 ClaimJob::Ended(Box::new(j))
             } else {
                 ClaimJob::Running(j.metadata.uid)
@@ -276,17 +281,21 @@ pub async fn claim_job(
         }
         Some(_) => ClaimJob::Foreign,
         None => ClaimJob::Missing {
-            stored: stored_result(ctx, ns, c).await?.is_some(),
+            stored: stored_result(ctx, to, c).await?.is_some(),
         },
     })
 }
 
-/// The attempt's result, if the receiver stored one.
+/// The attempt's result: handed over by the receiver, or stored by it.
 pub async fn stored_result(
     ctx: &Context,
-    ns: &str,
+    to: &Addressee,
     c: &ActiveOperation,
 ) -> Result<Option<StoredResult>, Error> {
+    if let Some(r) = ctx.inbox.result(to, &c.operation_id, c.attempt) {
+        return Ok(Some(r));
+    }
+    let ns = to.namespace.as_str();
     Ok(receiver::harvest(&ctx.client, ns, &c.operation_id, c.attempt).await?)
 }
 
@@ -354,13 +363,12 @@ pub async fn before_dispatch(
 }
 
 /// The one Job create of a claim whose `dispatchStarted` is written: the
-/// receiver's CA where the Pod can mount it, the per-operation token Secret,
-/// then the Job — or the Job this claim made before a restart, adopted by
-/// name. The caller records the UID.
+/// receiver's CA where the Pod can mount it, the Job — or the Job this claim
+/// made before a restart, adopted by name — then the per-operation token
+/// Secret, owned by the Job. The caller records the UID.
 pub async fn create_job(
     ctx: &Context,
     ns: &str,
-    owner: OwnerReference,
     owner_uid: &str,
     c: &ActiveOperation,
     job: &Job,
@@ -372,20 +380,6 @@ pub async fn create_job(
         });
     };
     publish_receiver_ca(ctx, ns).await?;
-    // The Secret is the resource's, but not under its control.
-    let owner = OwnerReference {
-        controller: None,
-        ..owner
-    };
-    let token = ctx.token_key.token(&c.operation_id, c.attempt);
-    let secret = token_secret(ns, &job_name, owner, &token);
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    match secrets.create(&PostParams::default(), &secret).await {
-        // The same token again: a restart re-creates what it made.
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(kube_err("creating the result token Secret")(e)),
-    }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     let uid = match jobs.create(&PostParams::default(), job).await {
         Ok(created) => created.metadata.uid,
@@ -412,9 +406,50 @@ pub async fn create_job(
         }
         Err(e) => return Err(kube_err(format!("creating Job {job_name}"))(e)),
     };
+    if let Some(uid) = &uid {
+        token_secret_of(ctx, ns, &job_name, uid, c).await?;
+    }
     tracing::info!(namespace = ns, job = %job_name, operation = ?c.type_, "Job created");
     ctx.fault(FaultPoint::AfterJobCreate, c.type_);
     Ok(Dispatched::Created(uid))
+}
+
+/// The per-operation token Secret of the claim's Job `job_name` (of
+/// `job_uid`), owned by the Job so that its TTL, or the sweep's, collects
+/// both; its Pod waits for it as a kubelet waits for any Secret. Made once
+/// per Job this manager knows of: the create after a restart finds it made
+/// (`409`), or makes it for a Job whose manager stopped right after the
+/// Job's create.
+pub async fn token_secret_of(
+    ctx: &Context,
+    ns: &str,
+    job_name: &str,
+    job_uid: &str,
+    c: &ActiveOperation,
+) -> Result<(), Error> {
+    if !ctx.tokens_made.first(job_uid) {
+        return Ok(());
+    }
+    let owner = OwnerReference {
+        api_version: "batch/v1".into(),
+        kind: "Job".into(),
+        name: job_name.to_string(),
+        uid: job_uid.to_string(),
+        controller: None,
+        block_owner_deletion: None,
+    };
+    let token = ctx.token_key.token(&c.operation_id, c.attempt);
+    let secret = token_secret(ns, job_name, owner, &token);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    match secrets.create(&PostParams::default(), &secret).await {
+        // The same token again: a restart re-creates what it made.
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => {
+            ctx.tokens_made.forget(job_uid);
+            Err(kube_err("creating the result token Secret")(e))
+        }
+    }
 }
 
 /// The receiver's CA, where this namespace's Pods can mount it.
@@ -540,7 +575,15 @@ pub async fn sweep(
             .as_ref()
             .is_some_and(|s| s.ttl_seconds_after_finished.is_some());
         let current = claim.is_some_and(|c| c.job_name.as_deref() == Some(name.as_str()));
-        if !ours || has_ttl || current || !super::harvest::terminal(&job) {
+        if !ours || current || !super::harvest::terminal(&job) {
+            continue;
+        }
+        if let Some(uid) = &job.metadata.uid {
+            ctx.tokens_made.forget(uid);
+        }
+        // A read's Job (its TTL set at creation) takes its token Secret and
+        // stored result with it.
+        if has_ttl {
             continue;
         }
         let ttl = crate::execution::job::harvested_ttl_patch(ctx.config.harvested_ttl_seconds);
@@ -727,10 +770,10 @@ where
                 message,
             },
             Ok(job) => {
-                let owner = obj
-                    .controller_owner_ref(&())
-                    .ok_or_else(|| Error::NotStored(obj.name_any()))?;
-                create_job(ctx, &ns, owner, &owner_uid, c, &job).await?
+                if obj.controller_owner_ref(&()).is_none() {
+                    return Err(Error::NotStored(obj.name_any()));
+                }
+                create_job(ctx, &ns, &owner_uid, c, &job).await?
             }
         },
     };

@@ -195,6 +195,7 @@ pub fn example(family: OwnerKind, op: OperationType, kind: Kind, namespace: &str
                 name: "ptah-receiver-ca".into(),
                 key: "ca.crt".into(),
             }),
+            finished_ttl_seconds: None,
         },
         trace: None,
     }

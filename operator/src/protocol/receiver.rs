@@ -36,6 +36,9 @@ pub const PLAN_FINGERPRINT_HEADER: &str = "x-ptah-plan-fingerprint";
 pub const MAX_RESULT_BYTES: usize = 9 * 1024 * 1024;
 /// Answer reason: the result was stored now.
 pub const REASON_STORED: &str = "Stored";
+/// Answer reason: the manager recorded the result's outcome in status (a
+/// read's result, handed over without being stored).
+pub const REASON_RECORDED: &str = "Recorded";
 /// Answer reason (409): these exact bytes were stored before.
 pub const REASON_ALREADY_STORED: &str = "AlreadyStored";
 /// Answer reason (409): the plan did not read back (a chunk missing,
@@ -45,7 +48,8 @@ pub const REASON_PLAN_REFUSED: &str = "PlanRefused";
 /// What the receiver answers, as JSON.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Answer {
-    /// [`REASON_STORED`], [`REASON_ALREADY_STORED`], or the refusal's reason.
+    /// [`REASON_STORED`], [`REASON_RECORDED`], [`REASON_ALREADY_STORED`], or
+    /// the refusal's reason.
     pub reason: String,
     /// What was wrong (names the header, field or rule), or what was stored.
     pub message: String,

@@ -186,6 +186,10 @@ pub struct ResultDelivery {
     pub token_secret_name: String,
     /// A ConfigMap key with the CA that signs the receiver's certificate.
     pub receiver_ca: Option<ConfigMapKeyRef>,
+    /// `ttlSecondsAfterFinished` of a read's Job, set at creation: its
+    /// result was answered before it ended, and a lost one is safe (the
+    /// read runs again). An Apply's Job never gets it at creation.
+    pub finished_ttl_seconds: Option<i32>,
 }
 
 /// Everything a Job is built from.

@@ -34,10 +34,12 @@
 //! * **Job spec**: `backoffLimit: 0` (a failed Pod is an outcome, never a
 //!   silent retry), `parallelism`/`completions` 1, `podReplacementPolicy:
 //!   Failed`, `activeDeadlineSeconds` from `spec.execution` on the Job and on
-//!   the Pod. **No `ttlSecondsAfterFinished` at creation**: a Job deleted
-//!   before the manager harvested it would turn a known outcome into an
-//!   unknown one, so the manager sets the TTL with a patch after harvest
-//!   ([`harvested_ttl_patch`]). A Job found under the reserved name is
+//!   the Pod. **An Apply gets no `ttlSecondsAfterFinished` at creation**: a
+//!   Job deleted before the manager harvested it would turn a known outcome
+//!   into an unknown one, so the manager sets the TTL with a patch after
+//!   harvest ([`harvested_ttl_patch`]). A read's Job gets it at creation
+//!   (`result.finishedTtlSeconds`): its runner is answered only once the
+//!   outcome is recorded or stored, and a lost read runs again. A Job found under the reserved name is
 //!   adopted only if [`is_job_of_claim`] says it carries this claim.
 //! * **Pod**: `restartPolicy: Never`, `automountServiceAccountToken: false`,
 //!   `enableServiceLinks: false`, uid/gid/fsGroup [`RUN_AS`] with
@@ -321,8 +323,12 @@ pub fn build_job(input: &JobInput) -> Result<Job, JobBuildError> {
                 }),
                 spec: Some(pod),
             },
-            // Set by the manager after harvest, never at creation.
-            ttl_seconds_after_finished: None,
+            // A read's at creation; an Apply's by the manager after harvest.
+            ttl_seconds_after_finished: input
+                .result
+                .finished_ttl_seconds
+                .filter(|_| input.operation != OperationType::Apply)
+                .map(|s| s.max(0)),
             ..Default::default()
         }),
         status: None,

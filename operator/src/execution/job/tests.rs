@@ -54,8 +54,13 @@ fn oci_references_must_be_pinned_except_for_resolve() {
 }
 
 fn example_job() -> (Job, ClaimInput, String) {
+    example_job_with(|_| {})
+}
+
+/// The example Job, built from the input `edit` leaves.
+fn example_job_with(edit: impl FnOnce(&mut JobInput)) -> (Job, ClaimInput, String) {
     let hex = "ab".repeat(32);
-    let input = JobInput {
+    let mut input = JobInput {
         operation: OperationType::Observe,
         owner: Owner {
             kind: OwnerKind::PtahSchema,
@@ -95,9 +100,11 @@ fn example_job() -> (Job, ClaimInput, String) {
             receiver_url: "https://ptah.example:9443/v1/results".into(),
             token_secret_name: "ptah-result-1".into(),
             receiver_ca: None,
+            finished_ttl_seconds: None,
         },
         trace: None,
     };
+    edit(&mut input);
     let job = build_job(&input).expect("builds");
     (job, input.claim, input.owner.uid)
 }
@@ -116,6 +123,26 @@ fn a_job_is_adopted_only_for_its_own_claim_and_owner() {
     let mut foreign = job.clone();
     foreign.metadata.annotations = None;
     assert!(!is_job_of_claim(&foreign, &claim, &uid));
+}
+
+#[test]
+fn a_read_gets_its_ttl_at_creation_and_an_apply_never_does() {
+    let (job, _, _) = example_job_with(|input| input.result.finished_ttl_seconds = Some(300));
+    assert_eq!(
+        job.spec.and_then(|s| s.ttl_seconds_after_finished),
+        Some(300)
+    );
+    let (job, _, _) = example_job_with(|input| {
+        input.result.finished_ttl_seconds = Some(300);
+        input.operation = OperationType::Apply;
+        input.apply = Some(ApplyInput::Schema {
+            plan_name: "orders-plan".into(),
+            plan_fingerprint: input.claim.input_fingerprint.clone(),
+            content_digest: input.claim.input_fingerprint.clone(),
+            transaction_mode: crate::api::common::SchemaTransactionMode::File,
+        });
+    });
+    assert_eq!(job.spec.and_then(|s| s.ttl_seconds_after_finished), None);
 }
 
 #[test]

@@ -17,8 +17,14 @@
 //!   (`status.activeOperation`: operation id, attempt, input fingerprint, Job
 //!   UID) and the Pod (name, UID, owning Job) must all match, or the result
 //!   is refused and nothing is stored.
-//! * **Storage.** Before `200`, the document is stored in immutable
-//!   ConfigMaps owned by the resource, named from (operation id, attempt):
+//! * **Hand-over.** A read's result (any operation but Apply) checked by the
+//!   manager that reconciles is handed to the resource's pass in memory
+//!   ([`Inbox`]), and `200` ([`REASON_RECORDED`]) answers once the status
+//!   write that records it is made; one not recorded within
+//!   [`HAND_OVER_WAIT`] is stored instead.
+//! * **Storage.** Otherwise, before `200`, the document is stored in immutable
+//!   ConfigMaps owned by the resource (a read's by its Job, so that the
+//!   Job's TTL collects them), named from (operation id, attempt):
 //!   an index holding the first chunk, and further chunks of at most
 //!   [`CHUNK_BYTES`] each, created before the index so that the index is the
 //!   commit. A second `POST` for the same operation and attempt is a replay:
@@ -46,6 +52,7 @@
 //! Neither the token nor the body is ever logged or echoed.
 //!
 //! The files: `token.rs` (the credential), `checks.rs` (every refusal),
+//! `inbox.rs` (the hand-over),
 //! `storage.rs` (the stored result and its harvest), `routes.rs` (HTTP).
 
 use std::collections::BTreeMap;
@@ -75,7 +82,7 @@ use crate::protocol::args::ResourceRef;
 use crate::protocol::receiver::{
     Answer, CONTENT_SHA256_HEADER, MAX_RESULT_BYTES, PLAN_FINGERPRINT_HEADER, PLAN_NAME_HEADER,
     PLANS_PATH, POD_NAME_HEADER, POD_UID_HEADER, REASON_ALREADY_STORED, REASON_PLAN_REFUSED,
-    REASON_STORED, RESULTS_PATH, content_sha256,
+    REASON_RECORDED, REASON_STORED, RESULTS_PATH, content_sha256,
 };
 use crate::protocol::result::{OperationRef, RESULT_API_VERSION, RESULT_KIND, ResultDocument};
 
@@ -97,11 +104,13 @@ pub(super) const KEY_BYTES: usize = 32;
 pub(super) const TOKEN_HEX: usize = 64;
 
 mod checks;
+mod inbox;
 mod routes;
 mod storage;
 mod token;
 
 pub use checks::*;
+pub use inbox::*;
 pub use routes::*;
 pub use storage::*;
 pub use token::*;

@@ -6,12 +6,23 @@ use super::*;
 pub struct Receiver {
     client: Client,
     key: Arc<TokenKey>,
+    inbox: Arc<Inbox>,
+}
+
+/// How a result was received.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Receipt {
+    /// Stored, under this index ConfigMap.
+    Stored(String),
+    /// Handed over, and its outcome recorded in status.
+    Recorded,
 }
 
 impl Receiver {
-    /// A receiver checking tokens derived from `key`.
-    pub fn new(client: Client, key: Arc<TokenKey>) -> Self {
-        Receiver { client, key }
+    /// A receiver checking tokens derived from `key`, handing reads' results
+    /// over through `inbox`.
+    pub fn new(client: Client, key: Arc<TokenKey>, inbox: Arc<Inbox>) -> Self {
+        Receiver { client, key, inbox }
     }
 
     /// The handler for [`RESULTS_PATH`] on [`crate::server::serve`].
@@ -20,11 +31,18 @@ impl Receiver {
             let me = self.clone();
             Box::pin(async move {
                 match me.receive(req).await {
-                    Ok(name) => answered(
+                    Ok(Receipt::Stored(name)) => answered(
                         StatusCode::OK,
                         Answer {
                             reason: REASON_STORED.into(),
                             message: format!("stored as ConfigMap {name}"),
+                        },
+                    ),
+                    Ok(Receipt::Recorded) => answered(
+                        StatusCode::OK,
+                        Answer {
+                            reason: REASON_RECORDED.into(),
+                            message: "the outcome is recorded in status".into(),
                         },
                     ),
                     Err(r) => refused(r),
@@ -133,8 +151,8 @@ impl Receiver {
         })
     }
 
-    /// Checks and stores one result; answers the index ConfigMap's name.
-    pub async fn receive(&self, req: Request<Bytes>) -> Result<String, Refusal> {
+    /// Checks one result, then hands it over (a read) or stores it.
+    pub async fn receive(&self, req: Request<Bytes>) -> Result<Receipt, Refusal> {
         let received = check_request(&req)?;
         let op = &received.operation;
         if !self
@@ -185,9 +203,50 @@ impl Receiver {
             })?;
         check_pod(&pod, op, &job_name)?;
 
-        let (index, chunks) =
-            result_objects(namespace, &owner, op, req.body(), Timestamp::now())
-                .ok_or_else(|| bad("Document", "operation.operationId must be sha256:<64 hex>"))?;
+        let read = claim
+            .as_ref()
+            .is_some_and(|c| c.type_ != OperationType::Apply);
+        let received_at = Timestamp::now();
+        if read {
+            let to = Addressee {
+                kind: op.resource.kind.clone(),
+                namespace: namespace.to_string(),
+                name: op.resource.name.clone(),
+            };
+            let result = StoredResult {
+                document: received.document.clone(),
+                pod_uid: op.pod_uid.clone(),
+                job_uid: op.job_uid.clone(),
+                received_at: Time(received_at),
+            };
+            let sha = &received.sha256;
+            let handed = self.inbox.hand_over(
+                &to,
+                &op.operation_id,
+                op.attempt,
+                sha,
+                result,
+                HAND_OVER_WAIT,
+            );
+            match handed.await {
+                HandOver::Recorded => return Ok(Receipt::Recorded),
+                HandOver::Conflict => {
+                    return Err(conflict(
+                        "Replay",
+                        "a different result is held for this operation and attempt",
+                    ));
+                }
+                HandOver::NotTaken => {}
+            }
+        }
+        // A read's stored result goes with its Job (collected by the Job's
+        // TTL); an Apply's stays the resource's until the sweep.
+        let owner = match pod_job(&pod, &job_name) {
+            Some(job) if read => job,
+            _ => owner,
+        };
+        let (index, chunks) = result_objects(namespace, &owner, op, req.body(), received_at)
+            .ok_or_else(|| bad("Document", "operation.operationId must be sha256:<64 hex>"))?;
         let pp = PostParams::default();
         for chunk in &chunks {
             match configmaps.create(&pp, chunk).await {
@@ -211,7 +270,7 @@ impl Receiver {
             }
         }
         match configmaps.create(&pp, &index).await {
-            Ok(_) => Ok(index_name),
+            Ok(_) => Ok(Receipt::Stored(index_name)),
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 let stored = configmaps
                     .get(&index_name)
@@ -290,6 +349,21 @@ impl Receiver {
         };
         Ok((owner, claim))
     }
+}
+
+/// The owner reference of the Job `job_name` that owns `pod`.
+fn pod_job(pod: &Pod, job_name: &str) -> Option<OwnerReference> {
+    let job = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "Job" && o.name == job_name)?;
+    Some(OwnerReference {
+        controller: None,
+        block_owner_deletion: None,
+        ..job.clone()
+    })
 }
 
 /// The refusal of a second result for a stored (operation, attempt).
