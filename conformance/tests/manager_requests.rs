@@ -188,6 +188,94 @@ async fn in_sync_schemas_pass_on_their_caches_without_listing_or_reading_the_kin
     Ok(())
 }
 
+/// The writes of one idle read cycle, per schema: two status writes per
+/// operation at most (its claim and the write that harvests it, the
+/// Observe's harvest sharing the Plan's claim), one Job create per
+/// operation with its token Secret, and the Plan's Lease (acquired,
+/// renewed while the Plan runs, released). Nothing is stored for a read's
+/// result, no Job is patched and nothing is deleted: a read's Job carries
+/// its TTL from creation.
+#[tokio::test]
+async fn an_idle_read_cycle_writes_claims_jobs_and_the_plans_lease_and_stores_no_result()
+-> anyhow::Result<()> {
+    const N: usize = 3;
+    let ns = TestNamespace::for_operator(harness().await, "requests", "cycle").await?;
+    let (manager, dbs) = in_sync(&ns, N, "1m", &CONVERGE).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let harness = ns.harness();
+    let offset = std::fs::metadata(harness.audit_log())?.len();
+    let name = ns.name().to_string();
+    let cycle = Patience::new(Duration::from_secs(300), Duration::from_secs(1));
+    cycle
+        .poll("a read cycle of every schema", || {
+            let (name, ns) = (name.clone(), &ns);
+            async move {
+                let jobs = events_since(harness, offset, &name)?
+                    .iter()
+                    .map(verb_and_resource)
+                    .filter(|(v, r, _)| v == "create" && r == "jobs")
+                    .count();
+                if jobs < 2 * N {
+                    return anyhow::Ok(None);
+                }
+                let all = ns.api::<PtahSchema>().list(&Default::default()).await?;
+                let settled = all.items.iter().all(|s| {
+                    let st = s.status.as_ref();
+                    st.and_then(|st| st.phase) == Some(SchemaPhase::InSync)
+                        && st.is_some_and(|st| st.active_operation.is_none())
+                });
+                anyhow::Ok(settled.then_some(()))
+            }
+        })
+        .await
+        .with_context(|| manager.log())?;
+    // The passes the Jobs' ends wake.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut writes: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for e in events_since(harness, offset, ns.name())? {
+        let (verb, resource, _) = verb_and_resource(&e);
+        if matches!(verb.as_str(), "create" | "update" | "patch" | "delete") {
+            *writes.entry((verb, resource)).or_default() += 1;
+        }
+    }
+    eprintln!("the writes of one read cycle of {N} schemas: {writes:?}");
+    let count = |verb: &str, resource: &str| {
+        writes
+            .get(&(verb.to_string(), resource.to_string()))
+            .copied()
+            .unwrap_or(0)
+    };
+    // One cycle each, and perhaps the start of a second for a schema
+    // whose interval came round again while the others finished.
+    let jobs = count("create", "jobs");
+    assert!(jobs >= 2 * N && jobs % 2 == 0, "{writes:?}");
+    let cycles = jobs / 2;
+    assert!(
+        count("update", "ptahschemas/status") + count("patch", "ptahschemas/status") <= 4 * cycles,
+        "at most two status writes per operation: {writes:?}"
+    );
+    assert_eq!(
+        count("create", "secrets"),
+        jobs,
+        "a token per Job: {writes:?}"
+    );
+    for (verb, resource) in writes.keys() {
+        assert!(
+            matches!(
+                resource.as_str(),
+                "ptahschemas/status" | "jobs" | "secrets" | "leases"
+            ) && verb != "delete"
+                && !(resource == "jobs" && verb != "create"),
+            "an idle read cycle wrote {verb} {resource}: {writes:?}"
+        );
+    }
+
+    ns.delete_all::<PtahSchema>(&CONVERGE).await?;
+    drop(manager);
+    drop(dbs);
+    Ok(())
+}
+
 /// A number from the environment, or `default`.
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)

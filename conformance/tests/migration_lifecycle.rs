@@ -1108,7 +1108,9 @@ fn ten_versions(files: &mut Value, from: i64) {
 /// docs/performance.md.
 #[tokio::test]
 async fn bench_migration_run() -> anyhow::Result<()> {
-    use conformance::testkit::bench::{FAST, Stretch, floor_ms, new_runner_timings, report, runs};
+    use conformance::testkit::bench::{
+        FAST, Stretch, floor_ms, jobs_ended, new_runner_timings, report, runs,
+    };
     let runs = runs(1);
     let mut files = json!({});
     ten_versions(&mut files, 1);
@@ -1151,6 +1153,7 @@ async fn bench_migration_run() -> anyhow::Result<()> {
         .await
         .with_context(|| scene.operator.log())?;
         let total_ms = t0.elapsed().as_millis() as u64;
+        jobs_ended(&scene.ns).await?;
         let (jobs, ptah_ms) = new_runner_timings(&scene.ns, &mut seen)?;
         stretches.push(Stretch {
             total_ms,

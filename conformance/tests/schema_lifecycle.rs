@@ -1390,7 +1390,9 @@ async fn shared_realm_converges(engine: Engine, test: &str) -> anyhow::Result<()
 /// the numbers are in docs/performance.md.
 #[tokio::test]
 async fn bench_schema_paths() -> anyhow::Result<()> {
-    use conformance::testkit::bench::{FAST, Stretch, floor_ms, new_runner_timings, report, runs};
+    use conformance::testkit::bench::{
+        FAST, Stretch, floor_ms, jobs_ended, new_runner_timings, report, runs,
+    };
     let runs = runs(1);
     let (Scene { ns, operator, .. }, _) = Scene::approved(Engine::Postgres, "bench-paths").await?;
     let awaiting = |s: &PtahSchema| phase(s) == Some(SchemaPhase::AwaitingApproval);
@@ -1417,6 +1419,7 @@ async fn bench_schema_paths() -> anyhow::Result<()> {
             .await
             .with_context(|| operator.log())?;
         let total_ms = t0.elapsed().as_millis() as u64;
+        jobs_ended(&ns).await?;
         let (jobs, ptah_ms) = new_runner_timings(&ns, &mut seen)?;
         edits.push(Stretch {
             total_ms,
@@ -1436,6 +1439,7 @@ async fn bench_schema_paths() -> anyhow::Result<()> {
         .await
         .with_context(|| operator.log())?;
         let total_ms = t0.elapsed().as_millis() as u64;
+        jobs_ended(&ns).await?;
         let (jobs, ptah_ms) = new_runner_timings(&ns, &mut seen)?;
         approvals.push(Stretch {
             total_ms,

@@ -44,6 +44,30 @@ pub fn new_runner_timings(
     Ok((pods, ptah_ms))
 }
 
+/// Waits until every Job in `ns` has ended: a read's runner is answered
+/// once its outcome is recorded, so a resource can reach its verdict just
+/// before its last Job ends and writes its timing line.
+pub async fn jobs_ended(ns: &TestNamespace) -> anyhow::Result<()> {
+    use k8s_openapi::api::batch::v1::Job;
+    let patience = Patience::new(Duration::from_secs(60), Duration::from_millis(100));
+    patience
+        .poll("every Job to end", || async {
+            let jobs = ns.api::<Job>().list(&Default::default()).await?;
+            let ended = jobs.items.iter().all(|j| {
+                j.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True"
+                        })
+                    })
+            });
+            anyhow::Ok(ended.then_some(()))
+        })
+        .await
+}
+
 /// The harness's floor: an empty Job (one container running `/bin/true`)
 /// from its create to its `Complete` condition, in ms.
 pub async fn empty_job_ms(ns: &TestNamespace, i: usize) -> anyhow::Result<u64> {

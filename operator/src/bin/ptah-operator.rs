@@ -91,8 +91,7 @@ struct Args {
     /// How long a leader holds its Lease without renewing, in seconds.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=300))]
     leader_election_duration_seconds: u64,
-    /// The shortest realm Lease, in seconds: a claim's lasts its Job's
-    /// deadline plus a minute when that is longer.
+    /// How long a realm Lease lasts without renewal, in seconds.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(i32).range(5..=86460))]
     lease_duration_seconds: i32,
     /// How long a harvested Job is kept, in seconds.

@@ -701,11 +701,7 @@ impl<F: Family> Pass<'_, F> {
             }
             .into());
         };
-        let deadline = self.obj.job_spec().execution.active_deadline_seconds;
-        let secs = crate::execution::lease::claim_duration_seconds(
-            self.ctx.config.lease_duration_seconds,
-            deadline,
-        );
+        let secs = self.ctx.config.lease_duration_seconds;
         let acquired = self
             .ctx
             .leases

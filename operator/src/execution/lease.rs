@@ -41,23 +41,6 @@ pub use crate::api::annotations::{
 /// The bounds of `leaseDurationSeconds`, as the claim's schema has them.
 const MIN_DURATION_SECONDS: i32 = 5;
 const MAX_DURATION_SECONDS: i32 = 86460;
-/// What a claim's Lease outlasts its Job's deadline by.
-const DEADLINE_GRACE_SECONDS: i64 = 60;
-
-/// The duration of a claim's Lease: its Job's `activeDeadlineSeconds` plus a
-/// minute's grace, and no shorter than `floor` (`--lease-duration-seconds`).
-/// The Lease then covers everything the Job may still do without a renewal
-/// (the reference's rule: "the Job deadline plus grace"), so a Plan or Apply
-/// that ends within a third of it writes its Lease twice, acquired and
-/// released; the manager renews it only for longer holds (a proof).
-pub fn claim_duration_seconds(floor: i32, active_deadline_seconds: i64) -> i32 {
-    let wanted = active_deadline_seconds.saturating_add(DEADLINE_GRACE_SECONDS);
-    let wanted = i32::try_from(wanted).unwrap_or(MAX_DURATION_SECONDS);
-    wanted
-        .max(floor)
-        .clamp(MIN_DURATION_SECONDS, MAX_DURATION_SECONDS)
-}
-
 /// How soon to try again after losing a write race.
 const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 /// Writes tried before a Lease that keeps changing is reported contended.
@@ -626,14 +609,6 @@ impl std::fmt::Debug for Leases {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_claims_lease_covers_its_jobs_deadline_within_the_bounds() {
-        assert_eq!(claim_duration_seconds(15, 900), 960);
-        assert_eq!(claim_duration_seconds(2000, 900), 2000);
-        assert_eq!(claim_duration_seconds(1, -100), MIN_DURATION_SECONDS);
-        assert_eq!(claim_duration_seconds(15, i64::MAX), MAX_DURATION_SECONDS);
-    }
 
     #[test]
     fn lease_name_takes_forty_hex_of_the_digest() {
