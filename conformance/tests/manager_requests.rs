@@ -188,6 +188,37 @@ async fn in_sync_schemas_pass_on_their_caches_without_listing_or_reading_the_kin
     Ok(())
 }
 
+/// Waits for one read cycle of each of the `n` schemas after the audit log's
+/// `offset`: an Observe and a Plan Job per schema, then every one `InSync`
+/// with no claim.
+async fn read_cycle(
+    ns: &TestNamespace,
+    offset: u64,
+    n: usize,
+    patience: &Patience,
+) -> anyhow::Result<()> {
+    let harness = ns.harness();
+    patience
+        .poll("a read cycle of every schema", || async move {
+            let jobs = events_since(harness, offset, ns.name())?
+                .iter()
+                .map(verb_and_resource)
+                .filter(|(v, r, _)| v == "create" && r == "jobs")
+                .count();
+            if jobs < 2 * n {
+                return anyhow::Ok(None);
+            }
+            let all = ns.api::<PtahSchema>().list(&Default::default()).await?;
+            let settled = all.items.iter().all(|s| {
+                let st = s.status.as_ref();
+                st.and_then(|st| st.phase) == Some(SchemaPhase::InSync)
+                    && st.is_some_and(|st| st.active_operation.is_none())
+            });
+            anyhow::Ok(settled.then_some(()))
+        })
+        .await
+}
+
 /// The writes of one idle read cycle, per schema: two status writes per
 /// operation at most (its claim and the write that harvests it, the
 /// Observe's harvest sharing the Plan's claim), one Job create per
@@ -204,29 +235,8 @@ async fn an_idle_read_cycle_writes_claims_jobs_and_the_plans_lease_and_stores_no
     tokio::time::sleep(Duration::from_secs(3)).await;
     let harness = ns.harness();
     let offset = std::fs::metadata(harness.audit_log())?.len();
-    let name = ns.name().to_string();
     let cycle = Patience::new(Duration::from_secs(300), Duration::from_secs(1));
-    cycle
-        .poll("a read cycle of every schema", || {
-            let (name, ns) = (name.clone(), &ns);
-            async move {
-                let jobs = events_since(harness, offset, &name)?
-                    .iter()
-                    .map(verb_and_resource)
-                    .filter(|(v, r, _)| v == "create" && r == "jobs")
-                    .count();
-                if jobs < 2 * N {
-                    return anyhow::Ok(None);
-                }
-                let all = ns.api::<PtahSchema>().list(&Default::default()).await?;
-                let settled = all.items.iter().all(|s| {
-                    let st = s.status.as_ref();
-                    st.and_then(|st| st.phase) == Some(SchemaPhase::InSync)
-                        && st.is_some_and(|st| st.active_operation.is_none())
-                });
-                anyhow::Ok(settled.then_some(()))
-            }
-        })
+    read_cycle(&ns, offset, N, &cycle)
         .await
         .with_context(|| manager.log())?;
     // The passes the Jobs' ends wake.
@@ -321,30 +331,9 @@ async fn bench_idle_schemas() -> anyhow::Result<()> {
     let offset = std::fs::metadata(harness.audit_log())?.len();
     let log_offset = manager.log().len();
     let window = std::time::Instant::now();
-    // One read cycle each: an Observe and a Plan Job per schema, then InSync.
-    let name = ns.name().to_string();
-    long.poll("a read cycle of every schema", || {
-        let (name, ns) = (name.clone(), &ns);
-        async move {
-            let jobs = events_since(harness, offset, &name)?
-                .iter()
-                .map(verb_and_resource)
-                .filter(|(v, r, _)| v == "create" && r == "jobs")
-                .count();
-            if jobs < 2 * n {
-                return anyhow::Ok(None);
-            }
-            let all = ns.api::<PtahSchema>().list(&Default::default()).await?;
-            let settled = all.items.iter().all(|s| {
-                let st = s.status.as_ref();
-                st.and_then(|st| st.phase) == Some(SchemaPhase::InSync)
-                    && st.is_some_and(|st| st.active_operation.is_none())
-            });
-            anyhow::Ok(settled.then_some(()))
-        }
-    })
-    .await
-    .with_context(|| manager.log())?;
+    read_cycle(&ns, offset, n, &long)
+        .await
+        .with_context(|| manager.log())?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let cycle = window.elapsed();
     let (rss, peak, anon) = memory_kib(manager.pid())?;
