@@ -267,12 +267,12 @@ async fn family<K: Family>(
     let store = K::store(stores).clone();
     let by_config_map = store.clone();
     let by_realm = store.clone();
-    // A person's decision wakes the resource it names at once.
     // A result handed over by the receiver wakes the resource it is for.
     let handed = ctx
         .inbox
         .take_for(K::KIND)
         .map(|(ns, name)| ObjectRef::new(&name).within(&ns));
+    // A person's decision wakes the resource it names at once.
     let controller = Controller::for_shared_stream(subs.resources, store)
         .reconcile_on(handed)
         .watches_shared_stream(subs.approvals, |a| {

@@ -236,8 +236,8 @@ pub fn check_claim(claim: Option<&ActiveOperation>, op: &OperationRef) -> Result
 }
 
 /// The Pod must be the one named, with the UID given, owned by the claim's
-/// Job (and by the Job UID the document gives).
-pub fn check_pod(pod: &Pod, op: &OperationRef, job_name: &str) -> Result<(), Refusal> {
+/// Job (and by the Job UID the document gives); answers that Job.
+pub fn check_pod(pod: &Pod, op: &OperationRef, job_name: &str) -> Result<OwnerReference, Refusal> {
     if pod.metadata.uid.as_deref() != op.pod_uid.as_deref() {
         return Err(conflict(
             "PodMismatch",
@@ -247,23 +247,28 @@ pub fn check_pod(pod: &Pod, op: &OperationRef, job_name: &str) -> Result<(), Ref
     check_owner_job(pod, op.job_uid.as_deref(), job_name)
 }
 
-/// The Pod is owned by the Job `job_name` (of UID `job_uid`, when known).
+/// The Pod is owned by the Job `job_name` (of UID `job_uid`, when known);
+/// answers that Job as an owner of what the receiver stores for it.
 pub(super) fn check_owner_job(
     pod: &Pod,
     job_uid: Option<&str>,
     job_name: &str,
-) -> Result<(), Refusal> {
-    let owned =
-        pod.metadata.owner_references.iter().flatten().any(|o| {
+) -> Result<OwnerReference, Refusal> {
+    let job =
+        pod.metadata.owner_references.iter().flatten().find(|o| {
             o.kind == "Job" && o.name == job_name && job_uid.is_none_or(|uid| o.uid == uid)
         });
-    if !owned {
-        return Err(conflict(
+    match job {
+        Some(job) => Ok(OwnerReference {
+            controller: None,
+            block_owner_deletion: None,
+            ..job.clone()
+        }),
+        None => Err(conflict(
             "PodMismatch",
             format!("the Pod is not owned by the claim's Job {job_name}"),
-        ));
+        )),
     }
-    Ok(())
 }
 
 /// A plan request checked for form; the token is checked after.
@@ -453,7 +458,7 @@ pub fn check_plan_pod(pod: &Pod, req: &PlanRequest, claimed: &ClaimedPlan) -> Re
             "X-Ptah-Pod-UID is not the UID of the Pod X-Ptah-Pod-Name names",
         ));
     }
-    check_owner_job(pod, claimed.job_uid.as_deref(), &claimed.job_name)
+    check_owner_job(pod, claimed.job_uid.as_deref(), &claimed.job_name).map(|_| ())
 }
 
 /// The refusal of a plan that did not read back: transient failures are

@@ -201,7 +201,7 @@ impl Receiver {
                     "the Pod operation.podName names does not exist",
                 )
             })?;
-        check_pod(&pod, op, &job_name)?;
+        let job = check_pod(&pod, op, &job_name)?;
 
         let read = claim
             .as_ref()
@@ -241,10 +241,7 @@ impl Receiver {
         }
         // A read's stored result goes with its Job (collected by the Job's
         // TTL); an Apply's stays the resource's until the sweep.
-        let owner = match pod_job(&pod, &job_name) {
-            Some(job) if read => job,
-            _ => owner,
-        };
+        let owner = if read { job } else { owner };
         let (index, chunks) = result_objects(namespace, &owner, op, req.body(), received_at)
             .ok_or_else(|| bad("Document", "operation.operationId must be sha256:<64 hex>"))?;
         let pp = PostParams::default();
@@ -349,21 +346,6 @@ impl Receiver {
         };
         Ok((owner, claim))
     }
-}
-
-/// The owner reference of the Job `job_name` that owns `pod`.
-fn pod_job(pod: &Pod, job_name: &str) -> Option<OwnerReference> {
-    let job = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.kind == "Job" && o.name == job_name)?;
-    Some(OwnerReference {
-        controller: None,
-        block_owner_deletion: None,
-        ..job.clone()
-    })
 }
 
 /// The refusal of a second result for a stored (operation, attempt).
