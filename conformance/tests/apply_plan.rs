@@ -25,12 +25,12 @@ use anyhow::Context;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use conformance::harness::{EXECUTOR_IMAGE_PINNED, OPERATOR_IMAGE_PINNED};
-use conformance::testkit::job::{pod_spec, secret_names};
+use conformance::testkit::job::{holds_a_jwt, pod_spec, pod_token, secret_names};
 use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
 use conformance::testkit::wait::Patience;
 use operator::api::common::{ConfigMapKeyRef, SchemaTransactionMode};
@@ -43,12 +43,10 @@ use operator::execution::job::{
     job_name,
 };
 use operator::execution::plan::{self, PlanInput, chunk_object, content_digest};
-use operator::execution::receiver::{
-    self, RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY, Receiver, TokenKey,
-};
+use operator::execution::receiver::{self, RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY, Receiver};
 use operator::protocol::args::ResourceRef;
 use operator::protocol::receiver::{
-    MAX_RESULT_BYTES, PLANS_PATH, REASON_PLAN_REFUSED, RESULTS_PATH, plan_path,
+    MAX_RESULT_BYTES, PLANS_PATH, REASON_PLAN_REFUSED, RESULT_AUDIENCE, RESULTS_PATH, plan_path,
 };
 use operator::protocol::result::Outcome;
 use operator::runner::deliver::{PlanAttempt, Sender};
@@ -203,8 +201,6 @@ struct Scope {
     ns: TestNamespace,
     namespace: String,
     schemas: Api<PtahSchema>,
-    key: Arc<TokenKey>,
-    owner: OwnerReference,
     results_url: String,
     ca_pem: String,
 }
@@ -222,22 +218,12 @@ impl Scope {
         Ok(())
     }
 
-    /// Creates the attempt's token Secret, the database URL Secret and the
-    /// Job; records the Job's UID on the claim; answers the finished Pod.
+    /// Creates the database URL Secret and the Job; records the Job's UID
+    /// on the claim; answers the finished Pod.
     async fn run(&self, job: &Job, claim: &ActiveOperation) -> anyhow::Result<Pod> {
         let job_name = job.metadata.name.clone().context("job name")?;
-        let token = self.key.token(&claim.operation_id, claim.attempt);
         let secrets: Api<Secret> = self.ns.api();
-        secrets
-            .create(
-                &PostParams::default(),
-                &receiver::token_secret(&self.namespace, &job_name, self.owner.clone(), &token),
-            )
-            .await?;
         for name in secret_names(pod_spec(job)?) {
-            if name == receiver::token_secret_name(&job_name) {
-                continue;
-            }
             let obj: Secret = serde_json::from_value(json!({
                 "metadata": {"name": name},
                 "stringData": {"url": "postgres://u:db-password-never-read@127.0.0.1:1/orders"},
@@ -329,10 +315,8 @@ async fn an_apply_job_fetches_exactly_its_plans_bytes_and_refuses_a_replaced_chu
     let ca_pem = tls.ca_pem.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
-    let key = Arc::new(TokenKey::generate());
     let receiver = Arc::new(Receiver::new(
         client.clone(),
-        key.clone(),
         Arc::new(receiver::Inbox::new()),
     ));
     let routes = Routes::new()
@@ -359,13 +343,6 @@ async fn an_apply_job_fetches_exactly_its_plans_bytes_and_refuses_a_replaced_chu
     let summary = published.summary.clone();
     assert_eq!(summary.content_digest.as_deref(), Some(digest.as_str()));
 
-    let owner = OwnerReference {
-        api_version: <PtahSchema as kube::Resource>::api_version(&()).into_owned(),
-        kind: <PtahSchema as kube::Resource>::kind(&()).into_owned(),
-        name: SCHEMA.into(),
-        uid: schema_uid.clone(),
-        ..OwnerReference::default()
-    };
     ns.api::<ConfigMap>()
         .create(
             &PostParams::default(),
@@ -376,8 +353,6 @@ async fn an_apply_job_fetches_exactly_its_plans_bytes_and_refuses_a_replaced_chu
         ns,
         namespace: namespace.clone(),
         schemas,
-        key: key.clone(),
-        owner,
         results_url: results_url.clone(),
         ca_pem,
     };
@@ -411,25 +386,14 @@ async fn an_apply_job_fetches_exactly_its_plans_bytes_and_refuses_a_replaced_chu
         content_digest: digest.clone(),
         transaction_mode: SchemaTransactionMode::All,
     });
-    let delivery = |attempt: i32| -> anyhow::Result<ResultDelivery> {
-        let job = job_name(
-            OwnerKind::PtahSchema,
-            OperationType::Apply,
-            SCHEMA,
-            &operation_id,
-            attempt,
-        )?;
-        Ok(ResultDelivery {
-            receiver_url: results_url.clone(),
-            token_secret_name: receiver::token_secret_name(&job),
-            receiver_ca: Some(ConfigMapKeyRef {
-                name: RECEIVER_CA_CONFIGMAP.into(),
-                key: RECEIVER_CA_KEY.into(),
-            }),
-            finished_ttl_seconds: None,
-        })
+    input.result = ResultDelivery {
+        receiver_url: results_url.clone(),
+        receiver_ca: Some(ConfigMapKeyRef {
+            name: RECEIVER_CA_CONFIGMAP.into(),
+            key: RECEIVER_CA_KEY.into(),
+        }),
+        finished_ttl_seconds: None,
     };
-    input.result = delivery(1)?;
     let job = build_job(&input)?;
 
     // The claim and status.plan, before the Job exists.
@@ -466,26 +430,27 @@ async fn an_apply_job_fetches_exactly_its_plans_bytes_and_refuses_a_replaced_chu
         "{message:?}"
     );
 
-    // Asked directly, as that Pod: the right token gets the same bytes; a
-    // forged one or another operation's gets 401.
+    // Asked directly, as that Pod: its token (as the kubelet mints it) gets
+    // the same bytes; a forged one, or its token for the API server, 401.
     let pod_name = pod.metadata.name.clone().context("pod name")?;
     let pod_uid = pod.metadata.uid.clone().context("pod uid")?;
     let sender = Sender::new(Some(s.ca_pem.as_bytes()))?;
     let url = s.plan_url(&operation_id, 1, "PtahSchema");
-    let token = key.token(&operation_id, 1);
+    let token = pod_token(&client, &pod, Some(RESULT_AUDIENCE)).await?;
     let (status, why, got) = answer_of(&sender.get_plan(&url, &token, &pod_name, &pod_uid).await)?;
     assert_eq!(status, 200, "{why}");
     assert!(got.as_deref() == Some(bytes.as_slice()), "other bytes");
-    for forged in ["0".repeat(64), key.token(&examples::digest(0x4b), 1)] {
+    for forged in ["0".repeat(64), pod_token(&client, &pod, None).await?] {
         let (status, why, got) =
             answer_of(&sender.get_plan(&url, &forged, &pod_name, &pod_uid).await)?;
         assert_eq!(status, 401, "{why}");
+        assert!(why.starts_with("Token"), "{why}");
         assert!(got.is_none());
     }
-    // Another Pod's UID is not the claim's Job's Pod.
+    // The token speaks for its own Pod only.
     let (status, why, _) = answer_of(&sender.get_plan(&url, &token, &pod_name, "other").await)?;
-    assert_eq!(status, 409, "{why}");
-    assert!(why.starts_with("PodMismatch"), "{why}");
+    assert_eq!(status, 401, "{why}");
+    assert!(why.starts_with("Token"), "{why}");
     // A PtahMigration's plan is a sequence: no bytes.
     let murl = s.plan_url(&operation_id, 1, "PtahMigration");
     let (status, why, _) = answer_of(&sender.get_plan(&murl, &token, &pod_name, &pod_uid).await)?;
@@ -537,7 +502,6 @@ async fn an_apply_job_fetches_exactly_its_plans_bytes_and_refuses_a_replaced_chu
     s.write_status(json!({"activeOperation": claim2})).await?;
     let mut input2 = input.clone();
     input2.claim.attempt = 2;
-    input2.result = delivery(2)?;
     let job2 = build_job(&input2)?;
     let pod2 = s.run(&job2, &claim2).await?;
     let log2 = s.log(&pod2);
@@ -557,7 +521,12 @@ async fn an_apply_job_fetches_exactly_its_plans_bytes_and_refuses_a_replaced_chu
     let pod2_name = pod2.metadata.name.clone().context("pod name")?;
     let pod2_uid = pod2.metadata.uid.clone().context("pod uid")?;
     let url2 = s.plan_url(&operation_id, 2, "PtahSchema");
-    let token2 = key.token(&operation_id, 2);
+    // The first attempt's Pod, with its own good token, is not the claim's
+    // Job's Pod.
+    let (status, why, _) = answer_of(&sender.get_plan(&url2, &token, &pod_name, &pod_uid).await)?;
+    assert_eq!(status, 409, "{why}");
+    assert!(why.starts_with("PodMismatch"), "{why}");
+    let token2 = pod_token(&client, &pod2, Some(RESULT_AUDIENCE)).await?;
     let (status, why, got) =
         answer_of(&sender.get_plan(&url2, &token2, &pod2_name, &pod2_uid).await)?;
     assert_eq!(status, 409, "{why}");
@@ -565,11 +534,11 @@ async fn an_apply_job_fetches_exactly_its_plans_bytes_and_refuses_a_replaced_chu
     assert!(why.contains(&r.name), "{why}");
     assert!(got.is_none());
 
-    // The token is in neither Pod's log.
-    for (p, t) in [(&pod, &token), (&pod2, &token2)] {
+    // No token is in either Pod's log.
+    for p in [&pod, &pod2] {
         let text = s.log(p);
         assert!(!text.is_empty());
-        assert!(!text.contains(t.as_str()), "the token is in a log");
+        assert!(!holds_a_jwt(&text), "a token is in a log");
     }
     drop(s);
     Ok(())

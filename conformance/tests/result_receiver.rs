@@ -2,19 +2,22 @@
 //! (`server::serve`, a self-signed CA) with the receiver's handler, in this
 //! test process; a real Git Resolve Job made by the Job builder, run by the
 //! real Job controller and the process kubelet against the harness's git
-//! daemon, delivering its result with the per-operation token the Job
-//! mounts.
+//! daemon, delivering its result with the token the kubelet projects into
+//! its Pod (its ServiceAccount's, bound to the Pod, for the receiver's
+//! audience), checked against the API server's service-account keys.
 //!
 //! * The delivered result is bound to the claim (`status.activeOperation`,
 //!   written through the status subresource) and to the Pod and the Job;
 //!   `harvest` answers it typed, with the commit and both UIDs; `discard`
 //!   removes it.
-//! * A forged token is refused (401) and stores nothing; the same document
+//! * A forged token, the Pod's token for the API server's audience, and the
+//!   Pod's own token under a document naming another Pod are refused (401)
+//!   and store nothing; the same document
 //!   again is a replay (409); a document whose input fingerprint is not the
 //!   claim's is refused (409) and stores nothing; a body that does not match
 //!   its declared SHA-256 is refused (400); once the claim is released, the
 //!   right document is refused (409) and stores nothing.
-//! * The token appears in no container log the process kubelet kept, nor in
+//! * No token appears in any container log the process kubelet kept, nor in
 //!   the termination message.
 
 use std::path::Path;
@@ -23,13 +26,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use conformance::gitserve::{Endpoints, commit_files, create_repo};
 use conformance::harness::{EXECUTOR_IMAGE_PINNED, OPERATOR_IMAGE_PINNED};
+use conformance::testkit::job::{holds_a_jwt, pod_token};
 use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
 use conformance::testkit::wait::Patience;
 use operator::api::common::ConfigMapKeyRef;
@@ -42,10 +46,10 @@ use operator::execution::job::{
     job_name,
 };
 use operator::execution::receiver::{
-    self, RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY, RESULT_COMPONENT, Receiver, TokenKey,
+    self, RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY, RESULT_COMPONENT, Receiver,
 };
 use operator::protocol::receiver::{
-    MAX_RESULT_BYTES, REASON_ALREADY_STORED, RESULTS_PATH, content_sha256,
+    MAX_RESULT_BYTES, REASON_ALREADY_STORED, RESULT_AUDIENCE, RESULTS_PATH, content_sha256,
 };
 use operator::protocol::result::StepOutput;
 use operator::runner::deliver::{Attempt, Sender};
@@ -119,10 +123,8 @@ async fn a_resolve_job_delivers_its_result_bound_to_the_claim_and_forgeries_are_
     let ca_pem = tls.ca_pem.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
-    let key = Arc::new(TokenKey::generate());
     let handler = Arc::new(Receiver::new(
         client.clone(),
-        key.clone(),
         Arc::new(receiver::Inbox::new()),
     ))
     .handler();
@@ -195,7 +197,6 @@ async fn a_resolve_job_delivers_its_result_bound_to_the_claim_and_forgeries_are_
     )?;
     input.result = ResultDelivery {
         receiver_url: url.clone(),
-        token_secret_name: receiver::token_secret_name(&job_name),
         receiver_ca: Some(ConfigMapKeyRef {
             name: RECEIVER_CA_CONFIGMAP.into(),
             key: RECEIVER_CA_KEY.into(),
@@ -249,21 +250,8 @@ async fn a_resolve_job_delivers_its_result_bound_to_the_claim_and_forgeries_are_
     };
     write_claim(claim.clone()).await?;
 
-    // The token Secret and the receiver CA, as the manager makes them.
-    let owner = OwnerReference {
-        api_version: <PtahSchema as kube::Resource>::api_version(&()).into_owned(),
-        kind: <PtahSchema as kube::Resource>::kind(&()).into_owned(),
-        name: "orders".into(),
-        uid: schema_uid.clone(),
-        ..OwnerReference::default()
-    };
-    let token = key.token(&operation_id, 1);
-    ns.api::<Secret>()
-        .create(
-            &PostParams::default(),
-            &receiver::token_secret(&namespace, &job_name, owner, &token),
-        )
-        .await?;
+    // The receiver CA, as the manager publishes it. No Secret: the token is
+    // the Pod's own.
     ns.api::<ConfigMap>()
         .create(
             &PostParams::default(),
@@ -326,14 +314,31 @@ async fn a_resolve_job_delivers_its_result_bound_to_the_claim_and_forgeries_are_
     let body = serde_json::to_vec(doc)?;
     let sha = content_sha256(&body);
 
-    // A forged token: refused before anything is read or stored.
+    // The Pod's token as the kubelet mints it, and forgeries: refused
+    // before anything is read or stored.
+    let token = pod_token(&client, &pod, Some(RESULT_AUDIENCE)).await?;
     let forged = "0".repeat(64);
     let a = sender.post(&url, &forged, body.clone(), &sha).await;
-    assert_eq!(status_of(&a)?.0, 401, "{a:?}");
-    // The token of another operation is as forged.
-    let other = key.token(&examples::digest(0x5b), 1);
-    let a = sender.post(&url, &other, body.clone(), &sha).await;
-    assert_eq!(status_of(&a)?.0, 401, "{a:?}");
+    assert_eq!(status_of(&a)?, (401, "Token".into()), "{a:?}");
+    // The same Pod's token for the API server: not the receiver's.
+    let for_api = pod_token(&client, &pod, None).await?;
+    let a = sender.post(&url, &for_api, body.clone(), &sha).await;
+    assert_eq!(status_of(&a)?, (401, "Token".into()), "{a:?}");
+    // The Pod's own token cannot speak for another Pod.
+    let mut elsewhere = doc.clone();
+    if let Some(o) = elsewhere.operation.as_mut() {
+        o.pod_uid = Some("00000000-0000-0000-0000-000000000000".into());
+    }
+    let elsewhere_body = serde_json::to_vec(&elsewhere)?;
+    let a = sender
+        .post(
+            &url,
+            &token,
+            elsewhere_body.clone(),
+            &content_sha256(&elsewhere_body),
+        )
+        .await;
+    assert_eq!(status_of(&a)?, (401, "Token".into()), "{a:?}");
     assert_eq!(stored(&ns).await?, before);
 
     // The same document again: a replay.
@@ -355,7 +360,7 @@ async fn a_resolve_job_delivers_its_result_bound_to_the_claim_and_forgeries_are_
         o.attempt = 2;
         o.input_fingerprint = examples::digest(0xee);
     }
-    let token2 = key.token(&operation_id, 2);
+    let token2 = token.clone();
     let moved_body = serde_json::to_vec(&moved)?;
     let a = sender
         .post(
@@ -421,7 +426,7 @@ async fn a_resolve_job_delivers_its_result_bound_to_the_claim_and_forgeries_are_
     for path in &logs {
         let text = std::fs::read(path).unwrap_or_default();
         let text = String::from_utf8_lossy(&text);
-        assert!(!text.contains(&token), "the token is in {}", path.display());
+        assert!(!holds_a_jwt(&text), "a token is in {}", path.display());
     }
     let message = pod
         .status
@@ -430,7 +435,7 @@ async fn a_resolve_job_delivers_its_result_bound_to_the_claim_and_forgeries_are_
         .and_then(|c| c.iter().find(|c| c.name == OPERATION_CONTAINER))
         .and_then(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
         .context("no termination message")?;
-    assert!(!message.contains(&token));
+    assert!(!holds_a_jwt(&message));
     assert!(message.contains(&commit), "{message}");
 
     // Discarded once the outcome is recorded.

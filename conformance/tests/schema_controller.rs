@@ -270,8 +270,8 @@ async fn configmap_source_is_snapshotted_and_each_observe_attempt_has_one_job() 
         "one Job per attempt of the claim: {all:?}"
     );
 
-    // A harvested read's Job has its TTL, and its token Secret goes with
-    // it (owned by the Job, or gone already).
+    // A harvested read's Job has its TTL, and no token Secret was ever made
+    // for it: its runner presented its Pod's own token.
     let first = observe
         .iter()
         .find(|(_, attempt, _)| attempt == "1")
@@ -289,16 +289,9 @@ async fn configmap_source_is_snapshotted_and_each_observe_attempt_has_one_job() 
                     .as_ref()
                     .and_then(|j| j.spec.as_ref())
                     .and_then(|s| s.ttl_seconds_after_finished);
-                let uid = job.as_ref().and_then(|j| j.metadata.uid.clone());
                 let secret = secrets.get_opt(&format!("{first}-result")).await?;
-                let goes_with_job = secret.is_none_or(|s| {
-                    s.metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .any(|o| o.kind == "Job" && Some(&o.uid) == uid.as_ref())
-                });
-                anyhow::Ok((ttl.is_some() && goes_with_job).then_some(()))
+                anyhow::ensure!(secret.is_none(), "a token Secret exists for {first}");
+                anyhow::Ok(ttl.is_some().then_some(()))
             }
         })
         .await?;

@@ -16,8 +16,8 @@ use ptah_operator::api::common::PodMetadata;
 use ptah_operator::api::status::OperationType;
 use ptah_operator::execution::examples::{self, Kind};
 use ptah_operator::execution::job::{
-    self, JobBuildError, JobInput, OPERATION_CONTAINER, OwnerKind, SOURCE_CONTAINER, SourceInput,
-    build_job, secrets_by_container,
+    self, JobBuildError, JobInput, OPERATION_CONTAINER, OwnerKind, SERVICE_ACCOUNT_TOKEN,
+    SOURCE_CONTAINER, SourceInput, build_job, secrets_by_container,
 };
 
 const NAMESPACE: &str = "shop";
@@ -186,11 +186,19 @@ fn every_container_and_pod_is_hardened() {
 }
 
 /// The one container each Secret of the examples may reach.
+/// The result token as [`secrets_by_container`] names it.
+fn result_token() -> String {
+    format!(
+        "{SERVICE_ACCOUNT_TOKEN}{}",
+        ptah_operator::protocol::receiver::RESULT_AUDIENCE
+    )
+}
+
 fn allowed_container(secret: &str, op: OperationType) -> &'static str {
     let reads_itself = matches!(op, OperationType::Resolve | OperationType::Verify);
     match secret {
         "orders-db" | "orders-dev-db" => OPERATION_CONTAINER,
-        s if s.starts_with("ptah-result-") => OPERATION_CONTAINER,
+        s if s == result_token() => OPERATION_CONTAINER,
         "git-credentials" | "registry-credentials" if reads_itself => OPERATION_CONTAINER,
         "git-credentials" | "registry-credentials" => SOURCE_CONTAINER,
         other => panic!("unexpected Secret {other}"),
@@ -218,7 +226,7 @@ fn every_secret_reaches_exactly_its_one_container() {
         }
         // The result token is always there; the database URL exactly where a
         // database is touched; a source credential always (every example has one).
-        assert!(seen.keys().any(|s| s.starts_with("ptah-result-")), "{stem}");
+        assert!(seen.contains_key(&result_token()), "{stem}");
         let db_op = !matches!(
             input.operation,
             OperationType::Resolve | OperationType::Verify

@@ -93,3 +93,49 @@ pub async fn running_pod(
         })
         .await
 }
+
+/// A token the TokenRequest API binds to `pod` for `audience` (`None`: the
+/// API server's own), as the kubelet mints the one it projects.
+pub async fn pod_token(
+    client: &kube::Client,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    audience: Option<&str>,
+) -> anyhow::Result<String> {
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let ns = pod.metadata.namespace.as_deref().context("pod namespace")?;
+    let sa = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_else(|| "default".into());
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: audience.map(|a| vec![a.to_string()]),
+            expiration_seconds: Some(600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        }),
+        ..TokenRequest::default()
+    };
+    let api: kube::Api<ServiceAccount> = kube::Api::namespaced(client.clone(), ns);
+    let made = api
+        .create_token_request(&sa, &Default::default(), &request)
+        .await
+        .with_context(|| format!("a token for Pod {ns}/{:?}", pod.metadata.name))?;
+    made.status
+        .and_then(|s| s.token)
+        .context("the TokenRequest answered no token")
+}
+
+/// Whether `text` holds anything shaped like a JWT: every one starts with
+/// the base64 of `{"`.
+pub fn holds_a_jwt(text: &str) -> bool {
+    text.contains("eyJ")
+}

@@ -48,7 +48,8 @@ struct Args {
     /// The CA Pods trust the receiver by (PEM).
     #[arg(long)]
     tls_ca: Option<PathBuf>,
-    /// The key result tokens are derived from; created (0600) when absent.
+    /// The manager's key, from which the key approvals' stamps are signed
+    /// with is derived; created (0600) when absent.
     #[arg(long, env = "PTAH_TOKEN_KEY_FILE")]
     token_key_file: PathBuf,
     /// The operator image (holds ptah-runner), by digest.
@@ -193,7 +194,7 @@ async fn main() -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| format!("https://{local}{RESULTS_PATH}"));
     let inbox = Arc::new(Inbox::new());
-    let receiver = Arc::new(Receiver::new(client.clone(), key.clone(), inbox.clone()));
+    let receiver = Arc::new(Receiver::new(client.clone(), inbox.clone()));
     // The approvals' stamps and checks are served beside the receiver; the
     // chart registers them (`admission::webhook_configurations`).
     let routes = Routes::new()

@@ -66,7 +66,6 @@ mod tests {
     use super::*;
     use crate::api::status::SourceBinding;
     use crate::execution::job::SourceInput;
-    use crate::execution::receiver::token_secret_name;
 
     fn config() -> Config {
         super::super::job_input::test_config("r@sha256:1".into(), "e@sha256:2".into())
@@ -115,10 +114,6 @@ mod tests {
                 snapshot_name: "ptah-src-1".into(),
                 content_digest: binding(None).content_digest
             }
-        );
-        assert_eq!(
-            input.result.token_secret_name,
-            token_secret_name("ptah-observe-orders-aaaaaaaaaaaaaaaa")
         );
         assert_eq!(input.owner.generation, 3);
         assert!(input.apply.is_none());

@@ -13,7 +13,7 @@ use crate::execution::job::{
     ClaimInput, GitInput, JobInput, OciInput, Owner, OwnerKind, ResultDelivery, SourceInput,
     TargetInput,
 };
-use crate::execution::receiver::{RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY, token_secret_name};
+use crate::execution::receiver::{RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY};
 
 use super::Config;
 
@@ -79,9 +79,10 @@ pub fn common_input(
         uid: meta.uid.clone().unwrap_or_default(),
         generation: meta.generation.unwrap_or(0),
     };
-    let job_name = claim
+    // The Job is built under the name the claim reserved, never another.
+    claim
         .job_name
-        .clone()
+        .as_ref()
         .ok_or_else(|| missing("status.activeOperation.jobName", "not reserved"))?;
     let engine = DatabaseEngine::from_spec(&family.target.engine).ok_or_else(|| NotBuildable {
         field: "spec.target.engine",
@@ -110,7 +111,6 @@ pub fn common_input(
         images: config.images.clone(),
         result: ResultDelivery {
             receiver_url: config.receiver_url.clone(),
-            token_secret_name: token_secret_name(&job_name),
             receiver_ca: Some(ConfigMapKeyRef {
                 name: RECEIVER_CA_CONFIGMAP.into(),
                 key: RECEIVER_CA_KEY.into(),

@@ -108,7 +108,6 @@ mod tests {
     use crate::api::status::SourceBinding;
     use crate::execution::job::SourceInput;
     use crate::execution::job::build_job;
-    use crate::execution::receiver::token_secret_name;
     use serde_json::json;
 
     fn digest(n: u8) -> String {
@@ -220,10 +219,6 @@ mod tests {
         assert_eq!(input.target.engine, DatabaseEngine::MySQL);
         assert_eq!(input.target.lock_timeout, GoDuration::new("2m"));
         assert_eq!(input.target.dev_url_from, None);
-        assert_eq!(
-            input.result.token_secret_name,
-            token_secret_name("ptah-history-orders-aaaaaaaaaaaaaaaa")
-        );
         assert!(input.apply.is_none());
         build_job(&input).expect("the builder takes it");
     }

@@ -105,7 +105,7 @@ pub struct Context {
     pub config: Config,
     /// The realm Leases.
     pub leases: Leases,
-    /// The key result tokens are derived from.
+    /// The manager's key (the stamp key is derived from it).
     pub token_key: Arc<TokenKey>,
     /// Reads' results the receiver hands over without storing them.
     pub inbox: Arc<Inbox>,
@@ -126,8 +126,6 @@ pub struct Context {
     versions: versions::ByVersion<()>,
     /// What source ConfigMaps' selected keys gave: (UID, content digest).
     contents: versions::ByVersion<(String, String)>,
-    /// The Jobs (by UID) whose token Secret this manager made or found.
-    tokens_made: versions::Once,
     /// Traces and metrics.
     pub telemetry: Telemetry,
 }
@@ -178,7 +176,6 @@ impl Context {
             stores: std::sync::OnceLock::new(),
             versions: Default::default(),
             contents: Default::default(),
-            tokens_made: Default::default(),
             telemetry: Telemetry::default(),
         }
     }

@@ -438,11 +438,6 @@ impl<F: Family> Pass<'_, F> {
         }
         match job {
             ClaimJob::Running(uid) => {
-                // A manager stopped between the Job's create and its token
-                // Secret's leaves a Pod waiting for it.
-                if let (Some(uid), Some(name)) = (&uid, &c.job_name) {
-                    runtime::token_secret_of(self.ctx, &self.ns, name, uid, &c).await?;
-                }
                 if c.job_uid.is_none() && c.type_ == OperationType::Apply {
                     self.record_job_uid(&c, uid).await?;
                 }

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -24,9 +24,7 @@ use crate::api::realm::PtahRealm;
 use crate::api::source::{ConfigMapSource, Source, SourceKind, SourceStatus};
 use crate::api::status::{ActiveOperation, OperationType};
 use crate::execution::job::{ClaimInput, build_job, is_job_of_claim};
-use crate::execution::receiver::{
-    self, Addressee, StoredResult, receiver_ca_config_map, token_secret,
-};
+use crate::execution::receiver::{self, Addressee, StoredResult, receiver_ca_config_map};
 use crate::execution::snapshot::{self, ResolveError};
 use crate::lifecycle::realm::{self, Claimant, RealmVerdict};
 
@@ -406,50 +404,9 @@ pub async fn create_job(
         }
         Err(e) => return Err(kube_err(format!("creating Job {job_name}"))(e)),
     };
-    if let Some(uid) = &uid {
-        token_secret_of(ctx, ns, &job_name, uid, c).await?;
-    }
     tracing::info!(namespace = ns, job = %job_name, operation = ?c.type_, "Job created");
     ctx.fault(FaultPoint::AfterJobCreate, c.type_);
     Ok(Dispatched::Created(uid))
-}
-
-/// The per-operation token Secret of the claim's Job `job_name` (of
-/// `job_uid`), owned by the Job so that its TTL, or the sweep's, collects
-/// both; its Pod waits for it as a kubelet waits for any Secret. Made once
-/// per Job this manager knows of: the create after a restart finds it made
-/// (`409`), or makes it for a Job whose manager stopped right after the
-/// Job's create.
-pub async fn token_secret_of(
-    ctx: &Context,
-    ns: &str,
-    job_name: &str,
-    job_uid: &str,
-    c: &ActiveOperation,
-) -> Result<(), Error> {
-    if !ctx.tokens_made.first(job_uid) {
-        return Ok(());
-    }
-    let owner = OwnerReference {
-        api_version: "batch/v1".into(),
-        kind: "Job".into(),
-        name: job_name.to_string(),
-        uid: job_uid.to_string(),
-        controller: None,
-        block_owner_deletion: None,
-    };
-    let token = ctx.token_key.token(&c.operation_id, c.attempt);
-    let secret = token_secret(ns, job_name, owner, &token);
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    match secrets.create(&PostParams::default(), &secret).await {
-        // The same token again: a restart re-creates what it made.
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => {
-            ctx.tokens_made.forget(job_uid);
-            Err(kube_err("creating the result token Secret")(e))
-        }
-    }
 }
 
 /// The receiver's CA, where this namespace's Pods can mount it.
@@ -543,8 +500,8 @@ where
 }
 
 /// Cleans every ended Job of the resource (found by `selector`) that no
-/// claim attempt waits on: its cleanup TTL, its token Secret, and the stored
-/// results of an operation that is over. A sweep rather than a memory of
+/// claim attempt waits on: its cleanup TTL and the stored results of an
+/// operation that is over. A sweep rather than a memory of
 /// the pass, so a manager stopped right after an outcome was written still
 /// cleans up.
 pub async fn sweep(
@@ -555,7 +512,6 @@ pub async fn sweep(
     claim: Option<&ActiveOperation>,
 ) -> Result<(), Error> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     // The manager's Job store, not a LIST: a Job that ended after it was
     // last delivered is swept by the pass its own event wakes.
     let (key, value) = selector.split_once('=').unwrap_or((selector, ""));
@@ -578,11 +534,8 @@ pub async fn sweep(
         if !ours || current || !super::harvest::terminal(&job) {
             continue;
         }
-        if let Some(uid) = &job.metadata.uid {
-            ctx.tokens_made.forget(uid);
-        }
-        // A read's Job (its TTL set at creation) takes its token Secret and
-        // stored result with it.
+        // A read's Job (its TTL set at creation) takes its stored result
+        // with it.
         if has_ttl {
             continue;
         }
@@ -592,9 +545,6 @@ pub async fn sweep(
                 .await,
         )
         .map_err(kube_err(format!("setting the TTL of Job {name}")))?;
-        let secret = receiver::token_secret_name(&name);
-        ok_if_gone(secrets.delete(&secret, &Default::default()).await)
-            .map_err(kube_err(format!("deleting Secret {secret}")))?;
         let op = job
             .annotations()
             .get(crate::execution::job::ANNOTATION_OPERATION_ID)

@@ -46,39 +46,9 @@ impl<T: Clone> ByVersion<T> {
     }
 }
 
-/// Keys something was done for once, by this manager since it started.
-#[derive(Debug, Default)]
-pub struct Once(Mutex<std::collections::HashSet<String>>);
-
-impl Once {
-    fn set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Whether this is the first time `key` is asked for (it is recorded).
-    pub fn first(&self, key: &str) -> bool {
-        self.set().insert(key.to_string())
-    }
-
-    /// Forgets `key`: the next ask is a first one again.
-    pub fn forget(&self, key: &str) {
-        self.set().remove(key);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn once_answers_first_until_forgotten() {
-        let once = Once::default();
-        assert!(once.first("a"));
-        assert!(!once.first("a"));
-        assert!(once.first("b"));
-        once.forget("a");
-        assert!(once.first("a"));
-    }
 
     #[test]
     fn a_value_is_known_only_at_the_version_it_was_recorded_at() {

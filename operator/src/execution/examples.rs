@@ -190,7 +190,6 @@ pub fn example(family: OwnerKind, op: OperationType, kind: Kind, namespace: &str
         },
         result: ResultDelivery {
             receiver_url: "https://ptah-operator.ptah-system.svc:9443/v1/results".into(),
-            token_secret_name: format!("ptah-result-{}", &operation_id(family, op, kind)[7..23]),
             receiver_ca: Some(ConfigMapKeyRef {
                 name: "ptah-receiver-ca".into(),
                 key: "ca.crt".into(),

@@ -4,6 +4,10 @@
 //! manager's (`execution::receiver`); the runner's delivery is its own
 //! (`runner::deliver`).
 //!
+//! * The token is the Pod's own ServiceAccount token, projected by the
+//!   kubelet into the operation container with the audience
+//!   [`RESULT_AUDIENCE`] and bound to the Pod: the API server refuses it
+//!   (another audience), and the receiver takes it only from that Pod.
 //! * `POST` [`RESULTS_PATH`] with `Authorization: Bearer <token>`,
 //!   `Content-Type: application/json`, [`CONTENT_SHA256_HEADER`] and
 //!   `Content-Length`; at most [`MAX_RESULT_BYTES`].
@@ -18,6 +22,9 @@ use sha2::{Digest, Sha256};
 
 use super::args::ResourceRef;
 
+/// The audience of the token a runner presents: the receiver's and nobody
+/// else's, so the token calls no Kubernetes API.
+pub const RESULT_AUDIENCE: &str = "ptah.run/result-receiver";
 /// Where the runner posts its result.
 pub const RESULTS_PATH: &str = "/v1/results";
 /// Where an Apply runner fetches its plan's bytes: [`plan_path`] below it.

@@ -230,21 +230,22 @@ pub(super) fn database_operation(input: &JobInput, parts: &mut Parts) -> Result<
     Ok(())
 }
 
-/// The result token (mounted in the operation container only), the
-/// receiver, its CA and the claim's deadlines.
+/// The result token (the Pod's own ServiceAccount token for the receiver,
+/// mounted in the operation container only), the receiver, its CA and the
+/// claim's deadlines.
 pub(super) fn result_delivery(input: &JobInput, parts: &mut Parts) -> Result<(), JobBuildError> {
     let result = &input.result;
-    parts.volumes.push(secret_volume(
+    parts.volumes.push(result_token_volume(
         "result-token",
-        &result.token_secret_name,
-        item(RESULT_TOKEN_KEY, RESULT_TOKEN_KEY),
+        RESULT_TOKEN_FILE,
+        input.execution.active_deadline_seconds,
     ));
     parts
         .mounts
         .push(mount("result-token", RESULT_TOKEN_DIR, true));
     let mut flags = ResultFlags {
         result_url: result.receiver_url.clone(),
-        result_token_file: format!("{RESULT_TOKEN_DIR}/{RESULT_TOKEN_KEY}"),
+        result_token_file: format!("{RESULT_TOKEN_DIR}/{RESULT_TOKEN_FILE}"),
         result_ca_file: None,
         // jiff prints RFC 3339 in UTC with a `Z`, as the API server writes it.
         dispatch_not_after: input.claim.dispatch_not_after.as_ref().map(|t| t.0),

@@ -262,7 +262,6 @@ pub(super) fn check_input(input: &JobInput) -> Result<Checked, JobBuildError> {
         ));
     }
     check_text("result.receiverURL", &result.receiver_url)?;
-    check_subdomain("result.tokenSecretName", &result.token_secret_name)?;
     Ok(Checked {
         name,
         id_hex16: id_hex[..16].to_string(),

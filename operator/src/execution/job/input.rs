@@ -182,8 +182,6 @@ pub struct Images {
 pub struct ResultDelivery {
     /// The manager's receiver (`https://…`).
     pub receiver_url: String,
-    /// The per-operation Secret holding the token under [`RESULT_TOKEN_KEY`].
-    pub token_secret_name: String,
     /// A ConfigMap key with the CA that signs the receiver's certificate.
     pub receiver_ca: Option<ConfigMapKeyRef>,
     /// `ttlSecondsAfterFinished` of a read's Job, set at creation: its

@@ -114,8 +114,9 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
-    ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext,
-    Volume, VolumeMount,
+    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretKeySelector,
+    SecretVolumeSource, SecurityContext, ServiceAccountTokenProjection, Volume, VolumeMount,
+    VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -132,6 +133,7 @@ use crate::api::status::OperationType;
 use crate::protocol::args::{
     DatabaseFlags, OperationFlags, PlanFlags, ResourceRef, ResultFlags, arg, command, flag, switch,
 };
+use crate::protocol::receiver::RESULT_AUDIENCE;
 
 /// The uid, gid and fsGroup every operation Pod runs as (the distroless
 /// `nonroot` user).
@@ -142,8 +144,16 @@ pub const RUNNER_PATH: &str = "/usr/local/bin/ptah-runner";
 pub const OPERATION_CONTAINER: &str = "ptah";
 /// Name of the source init container.
 pub const SOURCE_CONTAINER: &str = "source";
-/// The key of the per-operation result token Secret.
-pub const RESULT_TOKEN_KEY: &str = "token";
+/// How [`secrets_by_container`] names a projected ServiceAccount token:
+/// this, then its audience.
+pub const SERVICE_ACCOUNT_TOKEN: &str = "serviceaccount-token:";
+/// The file of the result token in its projected volume.
+pub const RESULT_TOKEN_FILE: &str = "token";
+/// The result token outlives the Pod's deadline by this much.
+const RESULT_TOKEN_SLACK_SECONDS: i64 = 600;
+/// The result token lives at least an hour (the API server grants no less
+/// than ten minutes).
+const MIN_RESULT_TOKEN_SECONDS: i64 = 3600;
 use crate::protocol::naming::{self, is_dns_label, is_dns_subdomain, sha256_hex};
 pub use crate::protocol::naming::{MAX_JOB_NAME, OwnerKind, job_name, operation_name};
 
@@ -359,8 +369,9 @@ impl Parts {
 }
 
 /// Every Secret a container can read, by container name: env `secretKeyRef`,
-/// `envFrom` and mounted Secret volumes (plain and projected). The tests use
-/// it to show that each Secret reaches one container only.
+/// `envFrom` and mounted Secret volumes (plain and projected), and each
+/// projected ServiceAccount token ([`SERVICE_ACCOUNT_TOKEN`] and its
+/// audience). The tests use it to show that each reaches one container only.
 pub fn secrets_by_container(job: &Job) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let Some(pod) = job.spec.as_ref().and_then(|s| s.template.spec.as_ref()) else {
@@ -375,6 +386,13 @@ pub fn secrets_by_container(job: &Job) -> BTreeMap<String, BTreeSet<String>> {
         for p in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
             if let Some(s) = &p.secret {
                 names.push(s.name.clone());
+            }
+            // A projected token is a credential as much as a Secret is.
+            if let Some(t) = &p.service_account_token {
+                names.push(format!(
+                    "{SERVICE_ACCOUNT_TOKEN}{}",
+                    t.audience.as_deref().unwrap_or_default()
+                ));
             }
         }
         secret_volumes.insert(v.name.as_str(), names);

@@ -73,6 +73,31 @@ pub(super) fn secret_volume(name: &str, secret: &str, items: Option<Vec<KeyToPat
     }
 }
 
+/// The Pod's own ServiceAccount token for the receiver: audience
+/// [`RESULT_AUDIENCE`], bound to the Pod, valid at least as long as the Pod
+/// may run (a kubelet refreshes it before it expires anyway).
+pub(super) fn result_token_volume(name: &str, path: &str, active_deadline_seconds: i64) -> Volume {
+    Volume {
+        name: name.into(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(SECRET_MODE),
+            sources: Some(vec![VolumeProjection {
+                service_account_token: Some(ServiceAccountTokenProjection {
+                    audience: Some(RESULT_AUDIENCE.into()),
+                    expiration_seconds: Some(
+                        active_deadline_seconds
+                            .saturating_add(RESULT_TOKEN_SLACK_SECONDS)
+                            .max(MIN_RESULT_TOKEN_SECONDS),
+                    ),
+                    path: path.into(),
+                }),
+                ..Default::default()
+            }]),
+        }),
+        ..Default::default()
+    }
+}
+
 pub(super) fn config_map_volume(
     name: &str,
     config_map: &str,

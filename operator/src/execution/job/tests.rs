@@ -98,7 +98,6 @@ fn example_job_with(edit: impl FnOnce(&mut JobInput)) -> (Job, ClaimInput, Strin
         },
         result: ResultDelivery {
             receiver_url: "https://ptah.example:9443/v1/results".into(),
-            token_secret_name: "ptah-result-1".into(),
             receiver_ca: None,
             finished_ttl_seconds: None,
         },

@@ -4,16 +4,17 @@
 //! ([`crate::protocol::receiver`]); the checks, the token key and the
 //! storage are here.
 //!
-//! * **Credential.** Each operation's runner holds one token, `hex
-//!   HMAC-SHA256(key, operation id ‖ attempt)`, in a Secret the manager
-//!   creates ([`token_secret`]) and the Job builder mounts into the operation
-//!   container only. The token is derived, never stored: a restarted manager
-//!   re-creates the same Secret and checks the same token, and the manager
-//!   never needs to read a Secret.
+//! * **Credential.** Each operation's runner presents its Pod's own
+//!   ServiceAccount token, which the Job builder has the kubelet project into
+//!   the operation container only, with the audience [`RESULT_AUDIENCE`]
+//!   and bound to the Pod ([`PodTokens`] checks it against the API server's
+//!   service-account keys). The manager neither writes nor reads a Secret
+//!   for it, and the API server refuses the token: it is the receiver's.
 //! * **Receipt.** `POST` [`RESULTS_PATH`] with `Authorization: Bearer`,
 //!   `Content-Type: application/json`, `X-Ptah-Content-SHA256:
 //!   sha256:<hex>` and `Content-Length`. The body's length and digest, the
-//!   token (compared in constant time), the claim on the resource
+//!   token (the Pod it is bound to must be `operation.podName` and
+//!   `operation.podUid`), the claim on the resource
 //!   (`status.activeOperation`: operation id, attempt, input fingerprint, Job
 //!   UID) and the Pod (name, UID, owning Job) must all match, or the result
 //!   is refused and nothing is stored.
@@ -37,7 +38,7 @@
 //! * **Plan bytes for Apply.** `GET` [`plan_path`](crate::protocol::receiver::plan_path) (`/v1/plans/<namespace>/
 //!   <kind>/<name>/<operation id>/<attempt>`) with `Authorization: Bearer`
 //!   (the same token) and the calling Pod in [`POD_NAME_HEADER`] /
-//!   [`POD_UID_HEADER`]. Refused unless the token is the operation's (`401`),
+//!   [`POD_UID_HEADER`]. Refused unless the token is that Pod's (`401`),
 //!   the resource's claim is that operation and attempt, an Apply naming
 //!   `planName` and `planFingerprint`, and `status.plan` is that plan
 //!   (`409`), and the Pod is the claim's Job's (`409`); a PtahMigration's
@@ -62,8 +63,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use hmac::{Hmac, KeyInit, Mac};
 use http::{Method, Request, Response, StatusCode, header};
+use jsonwebtoken::jwk::{Jwk, JwkSet};
+use jsonwebtoken::{AlgorithmFamily, DecodingKey, Validation};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -75,14 +78,14 @@ use crate::api::schema::{PtahSchema, SchemaPlanSummary};
 use crate::api::status::{ActiveOperation, OperationType};
 use crate::execution::job::{
     ANNOTATION_ATTEMPT, ANNOTATION_OPERATION_ID, LABEL_COMPONENT, LABEL_MANAGED_BY,
-    LABEL_OPERATION_ID, MANAGED_BY, RESULT_TOKEN_KEY,
+    LABEL_OPERATION_ID, MANAGED_BY,
 };
 use crate::execution::plan::{self, PlanError};
 use crate::protocol::args::ResourceRef;
 use crate::protocol::receiver::{
     Answer, CONTENT_SHA256_HEADER, MAX_RESULT_BYTES, PLAN_FINGERPRINT_HEADER, PLAN_NAME_HEADER,
     PLANS_PATH, POD_NAME_HEADER, POD_UID_HEADER, REASON_ALREADY_STORED, REASON_PLAN_REFUSED,
-    REASON_RECORDED, REASON_STORED, RESULTS_PATH, content_sha256,
+    REASON_RECORDED, REASON_STORED, RESULT_AUDIENCE, RESULTS_PATH, content_sha256,
 };
 use crate::protocol::result::{OperationRef, RESULT_API_VERSION, RESULT_KIND, ResultDocument};
 
@@ -95,13 +98,7 @@ pub const RECEIVER_CA_KEY: &str = "ca.crt";
 pub const CHUNK_BYTES: usize = 512 * 1024;
 /// `app.kubernetes.io/component` of stored results.
 pub const RESULT_COMPONENT: &str = "operation-result";
-/// `app.kubernetes.io/component` of token Secrets.
-pub const TOKEN_COMPONENT: &str = "result-token";
-
-/// Domain separation of the token MAC from any other use of the key.
-pub(super) const TOKEN_DOMAIN: &[u8] = b"ptah.run/result-token/v1\0";
 pub(super) const KEY_BYTES: usize = 32;
-pub(super) const TOKEN_HEX: usize = 64;
 
 mod checks;
 mod inbox;

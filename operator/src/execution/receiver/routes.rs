@@ -5,7 +5,7 @@ use super::*;
 /// The receiver: checks a posted result against the claim and stores it.
 pub struct Receiver {
     client: Client,
-    key: Arc<TokenKey>,
+    tokens: PodTokens,
     inbox: Arc<Inbox>,
 }
 
@@ -19,10 +19,14 @@ pub enum Receipt {
 }
 
 impl Receiver {
-    /// A receiver checking tokens derived from `key`, handing reads' results
-    /// over through `inbox`.
-    pub fn new(client: Client, key: Arc<TokenKey>, inbox: Arc<Inbox>) -> Self {
-        Receiver { client, key, inbox }
+    /// A receiver checking Pods' tokens against the keys of the API server
+    /// `client` reaches, handing reads' results over through `inbox`.
+    pub fn new(client: Client, inbox: Arc<Inbox>) -> Self {
+        Receiver {
+            tokens: PodTokens::new(client.clone()),
+            client,
+            inbox,
+        }
     }
 
     /// The handler for [`RESULTS_PATH`] on [`crate::server::serve`].
@@ -87,17 +91,12 @@ impl Receiver {
     /// checked).
     pub async fn plan_bytes(&self, req: Request<Bytes>) -> Result<PlanBytes, Refusal> {
         let request = check_plan_request(&req)?;
-        if !self
-            .key
-            .verify(&request.operation_id, request.attempt, &request.token)
-        {
-            return Err(refuse(
-                StatusCode::UNAUTHORIZED,
-                "Token",
-                "the token is not the one of this operation and attempt",
-            ));
-        }
         let r = &request.resource;
+        self.tokens.verify(&request.token).await?.check(
+            &r.namespace,
+            &request.pod_name,
+            &request.pod_uid,
+        )?;
         let schema = match r.kind.as_str() {
             "PtahSchema" => {
                 let api: Api<PtahSchema> = Api::namespaced(self.client.clone(), &r.namespace);
@@ -155,17 +154,18 @@ impl Receiver {
     pub async fn receive(&self, req: Request<Bytes>) -> Result<Receipt, Refusal> {
         let received = check_request(&req)?;
         let op = &received.operation;
-        if !self
-            .key
-            .verify(&op.operation_id, op.attempt, &received.token)
-        {
-            return Err(refuse(
-                StatusCode::UNAUTHORIZED,
-                "Token",
-                "the token is not the one of this operation and attempt",
-            ));
-        }
         let namespace = op.resource.namespace.as_str();
+        let (Some(pod_name), Some(pod_uid)) = (op.pod_name.as_deref(), op.pod_uid.as_deref())
+        else {
+            return Err(bad(
+                "Document",
+                "operation.podName and operation.podUid are required",
+            ));
+        };
+        self.tokens
+            .verify(&received.token)
+            .await?
+            .check(namespace, pod_name, pod_uid)?;
         let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
         let index_name = result_name(&op.operation_id, op.attempt)
             .ok_or_else(|| bad("Document", "operation.operationId must be sha256:<64 hex>"))?;
@@ -183,13 +183,6 @@ impl Receiver {
             .as_ref()
             .and_then(|c| c.job_name.clone())
             .unwrap_or_default();
-        let pod_name = op
-            .pod_name
-            .as_deref()
-            .ok_or_else(|| bad("Document", "operation.podName is required"))?;
-        if op.pod_uid.is_none() {
-            return Err(bad("Document", "operation.podUid is required"));
-        }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let pod = pods
             .get_opt(pod_name)

@@ -60,23 +60,125 @@ fn refusal(req: Request<Bytes>) -> Refusal {
     check_request(&req).unwrap_err()
 }
 
+/// A service-account key of our own (ES256, as an API server may use) and
+/// its JWKS.
+fn signer() -> (jsonwebtoken::EncodingKey, JwkSet) {
+    use base64::Engine as _;
+    let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let raw = pair.public_key_raw();
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let jwks = serde_json::from_value(serde_json::json!({"keys": [{
+        "kty": "EC", "crv": "P-256", "use": "sig", "alg": "ES256", "kid": "k1",
+        "x": b64(&raw[1..33]), "y": b64(&raw[33..65]),
+    }]}))
+    .unwrap();
+    (
+        jsonwebtoken::EncodingKey::from_ec_der(&pair.serialize_der()),
+        jwks,
+    )
+}
+
+/// A token as the API server binds one to a Pod, with `edit` applied to
+/// its claims first.
+fn pod_token(
+    key: &jsonwebtoken::EncodingKey,
+    kid: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> String {
+    let now = jsonwebtoken::get_current_timestamp();
+    let mut claims = serde_json::json!({
+        "aud": [RESULT_AUDIENCE],
+        "exp": now + 600, "iat": now, "nbf": now,
+        "iss": "https://kubernetes.default.svc.cluster.local",
+        "sub": "system:serviceaccount:shop:default",
+        "kubernetes.io": {
+            "namespace": "shop",
+            "pod": {"name": "ptah-resolve-orders-1", "uid": "pod-uid"},
+            "serviceaccount": {"name": "default", "uid": "sa-uid"},
+        },
+    });
+    edit(&mut claims);
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+    header.kid = Some(kid.into());
+    jsonwebtoken::encode(&header, &claims, key).unwrap()
+}
+
+fn refused_because(r: Result<PodIdentity, TokenCheck>) -> String {
+    match r {
+        Err(TokenCheck::Refused(r)) => {
+            assert_eq!((r.status, r.reason), (StatusCode::UNAUTHORIZED, "Token"));
+            r.message
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
 #[test]
-fn tokens_are_deterministic_and_bound_to_key_operation_and_attempt() {
-    let key = TokenKey([7; 32]);
-    let t = key.token(OP, 1);
-    assert_eq!(t, TokenKey([7; 32]).token(OP, 1));
-    assert_eq!(t.len(), 64);
-    assert!(key.verify(OP, 1, &t));
-    assert_ne!(t, key.token(OP, 2));
-    assert_ne!(t, key.token(FP, 1));
-    assert_ne!(t, TokenKey([8; 32]).token(OP, 1));
-    assert_ne!(
-        TokenKey::generate().token(OP, 1),
-        TokenKey::generate().token(OP, 1)
+fn a_pods_token_for_the_receiver_names_its_pod() {
+    let (key, jwks) = signer();
+    let pod = verify_pod_token(&jwks, &pod_token(&key, "k1", |_| {})).unwrap();
+    assert_eq!(
+        pod,
+        PodIdentity {
+            namespace: "shop".into(),
+            name: "ptah-resolve-orders-1".into(),
+            uid: "pod-uid".into(),
+        }
     );
-    assert!(!key.verify(OP, 2, &t));
-    assert!(!key.verify(OP, 1, &t[..63]));
-    assert!(!key.verify(OP, 1, &"z".repeat(64)));
+    assert_eq!(
+        pod.check("shop", "ptah-resolve-orders-1", "pod-uid"),
+        Ok(())
+    );
+    for (ns, name, uid) in [
+        ("other", "ptah-resolve-orders-1", "pod-uid"),
+        ("shop", "ptah-resolve-orders-2", "pod-uid"),
+        ("shop", "ptah-resolve-orders-1", "other-uid"),
+    ] {
+        let r = pod.check(ns, name, uid).unwrap_err();
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{r}");
+    }
+}
+
+#[test]
+fn a_token_for_another_audience_expired_unbound_or_unsigned_is_refused() {
+    let (key, jwks) = signer();
+    let api = pod_token(&key, "k1", |c| {
+        c["aud"] = serde_json::json!(["https://kubernetes.default.svc.cluster.local"])
+    });
+    assert!(refused_because(verify_pod_token(&jwks, &api)).contains("audience"));
+    let old = pod_token(&key, "k1", |c| {
+        c["exp"] = serde_json::json!(jsonwebtoken::get_current_timestamp() - 3600)
+    });
+    assert!(refused_because(verify_pod_token(&jwks, &old)).contains("expired"));
+    let unbound = pod_token(&key, "k1", |c| {
+        c["kubernetes.io"].as_object_mut().unwrap().remove("pod");
+    });
+    assert!(refused_because(verify_pod_token(&jwks, &unbound)).contains("no Pod"));
+    // Another key under the same key id: the signature does not verify.
+    let (other, _) = signer();
+    let forged = pod_token(&other, "k1", |_| {});
+    assert!(refused_because(verify_pod_token(&jwks, &forged)).contains("not signed"));
+    assert!(refused_because(verify_pod_token(&jwks, &"0".repeat(64))).contains("not a JWT"));
+    // A symmetric "key" chosen by the token is never taken.
+    let hs = jsonwebtoken::encode(
+        &jsonwebtoken::Header {
+            kid: Some("k1".into()),
+            ..jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256)
+        },
+        &serde_json::json!({"aud": [RESULT_AUDIENCE], "exp": jsonwebtoken::get_current_timestamp() + 60, "sub": "x"}),
+        &jsonwebtoken::EncodingKey::from_secret(b"guess").unwrap(),
+    )
+    .unwrap();
+    assert!(verify_pod_token(&jwks, &hs).is_err());
+}
+
+#[test]
+fn a_token_naming_an_unknown_key_asks_for_the_keys_again() {
+    let (key, jwks) = signer();
+    assert_eq!(
+        verify_pod_token(&jwks, &pod_token(&key, "k2", |_| {})),
+        Err(TokenCheck::UnknownKey)
+    );
 }
 
 #[test]
@@ -88,7 +190,7 @@ fn the_key_file_is_created_private_and_read_back() {
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     let read = TokenKey::load_or_create(&path).unwrap();
-    assert_eq!(made.token(OP, 1), read.token(OP, 1));
+    assert_eq!(made.derive(b"d"), read.derive(b"d"));
     std::fs::write(&path, "short").unwrap();
     let e = TokenKey::load_or_create(&path).unwrap_err().to_string();
     assert!(e.contains("64 hex digits") && !e.contains("short"), "{e}");
@@ -96,21 +198,7 @@ fn the_key_file_is_created_private_and_read_back() {
 }
 
 #[test]
-fn the_token_secret_holds_the_token_immutably() {
-    let owner = OwnerReference {
-        api_version: "ptah.run/v1alpha1".into(),
-        kind: "PtahSchema".into(),
-        name: "orders".into(),
-        uid: "u".into(),
-        ..OwnerReference::default()
-    };
-    let s = token_secret("shop", "ptah-resolve-orders-1111111111111111", owner, "tok");
-    assert_eq!(
-        s.metadata.name.as_deref(),
-        Some("ptah-resolve-orders-1111111111111111-result")
-    );
-    assert_eq!(s.immutable, Some(true));
-    assert_eq!(s.data.unwrap()[RESULT_TOKEN_KEY].0, b"tok");
+fn the_receiver_ca_config_map_holds_the_pem() {
     let cm = receiver_ca_config_map("shop", "PEM");
     assert_eq!(cm.data.unwrap()[RECEIVER_CA_KEY], "PEM");
 }

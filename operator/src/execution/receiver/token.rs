@@ -1,11 +1,20 @@
-//! The credential: the key each operation's token is derived from, the
-//! token Secret the Job mounts, and the CA ConfigMap Pods trust the receiver by.
+//! The credential: the Pod's own ServiceAccount token, which the kubelet
+//! projects into the operation container with [`RESULT_AUDIENCE`] and binds
+//! to the Pod, checked here against the API server's service-account keys;
+//! the manager's key (stamps are signed under one derived from it); and the
+//! CA ConfigMap Pods trust the receiver by.
+//!
+//! The manager writes no Secret for a Job: the kubelet mints the token
+//! through the TokenRequest API, the API server refuses it (its audience is
+//! not the API server's), and it names exactly one Pod, which the receiver
+//! then finds owned by the claim's Job.
 
 use super::*;
 
 pub(super) type HmacSha256 = Hmac<Sha256>;
 
-/// The manager's key from which every operation's token is derived.
+/// The manager's key: the stamp key is derived from it (one Secret, which
+/// every replica mounts, holds every key only the manager has).
 pub struct TokenKey(pub(super) [u8; KEY_BYTES]);
 
 impl std::fmt::Debug for TokenKey {
@@ -61,7 +70,7 @@ impl TokenKey {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!(
-                    "{}: the result token key must be {} hex digits",
+                    "{}: the token key must be {} hex digits",
                     path.display(),
                     KEY_BYTES * 2
                 ),
@@ -80,66 +89,6 @@ impl TokenKey {
             .expect("HMAC takes keys of any length");
         mac.update(domain);
         mac.finalize().into_bytes().into()
-    }
-
-    fn mac(&self, operation_id: &str, attempt: i32) -> HmacSha256 {
-        // Any key length is valid for HMAC.
-        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&self.0)
-            .expect("HMAC takes keys of any length");
-        mac.update(TOKEN_DOMAIN);
-        mac.update(operation_id.as_bytes());
-        mac.update(b"\0");
-        mac.update(&attempt.to_be_bytes());
-        mac
-    }
-
-    /// The per-operation token: hex HMAC-SHA256(key, operation_id ‖
-    /// attempt). Deterministic, so a restarted manager re-creates the same
-    /// Secret and checks the same token; no token is stored anywhere but in
-    /// the Secret.
-    pub fn token(&self, operation_id: &str, attempt: i32) -> String {
-        hex::encode(self.mac(operation_id, attempt).finalize().into_bytes())
-    }
-
-    /// Whether `presented` is the token of the operation, compared in
-    /// constant time.
-    pub fn verify(&self, operation_id: &str, attempt: i32, presented: &str) -> bool {
-        if presented.len() != TOKEN_HEX {
-            return false;
-        }
-        let Ok(bytes) = hex::decode(presented) else {
-            return false;
-        };
-        self.mac(operation_id, attempt).verify_slice(&bytes).is_ok()
-    }
-}
-
-/// The token Secret of the Job `job_name`.
-pub fn token_secret_name(job_name: &str) -> String {
-    format!("{job_name}-result")
-}
-
-/// The per-operation token Secret: the token under [`RESULT_TOKEN_KEY`],
-/// immutable, owned by the resource.
-pub fn token_secret(namespace: &str, job_name: &str, owner: OwnerReference, token: &str) -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(token_secret_name(job_name)),
-            namespace: Some(namespace.to_string()),
-            labels: Some(BTreeMap::from([
-                (LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
-                (LABEL_COMPONENT.to_string(), TOKEN_COMPONENT.to_string()),
-            ])),
-            owner_references: Some(vec![owner]),
-            ..ObjectMeta::default()
-        },
-        immutable: Some(true),
-        type_: Some("Opaque".into()),
-        data: Some(BTreeMap::from([(
-            RESULT_TOKEN_KEY.to_string(),
-            ByteString(token.as_bytes().to_vec()),
-        )])),
-        ..Secret::default()
     }
 }
 
@@ -165,5 +114,186 @@ pub fn receiver_ca_config_map(namespace: &str, ca_pem: &str) -> ConfigMap {
             ca_pem.to_string(),
         )])),
         ..ConfigMap::default()
+    }
+}
+
+/// The Pod a verified token names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodIdentity {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its UID.
+    pub uid: String,
+}
+
+impl PodIdentity {
+    /// Whether this is the Pod `name` (of `uid`) in `namespace`: the caller
+    /// may speak only for itself.
+    pub fn check(&self, namespace: &str, name: &str, uid: &str) -> Result<(), Refusal> {
+        if self.namespace == namespace && self.name == name && self.uid == uid {
+            Ok(())
+        } else {
+            Err(unauthorized(
+                "the token is another Pod's than the one named",
+            ))
+        }
+    }
+}
+
+/// The claims of a bound ServiceAccount token that name its Pod.
+#[derive(Debug, serde::Deserialize)]
+struct Claims {
+    #[serde(rename = "kubernetes.io")]
+    kubernetes: KubernetesClaims,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct KubernetesClaims {
+    namespace: String,
+    pod: Option<BoundObject>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct BoundObject {
+    name: String,
+    uid: String,
+}
+
+fn unauthorized(message: &str) -> Refusal {
+    refuse(StatusCode::UNAUTHORIZED, "Token", message)
+}
+
+/// What a token's signature, audience and times say against `keys` (the
+/// API server's JWKS): the Pod it is bound to. Only asymmetric keys count,
+/// so a token cannot pick a shared secret for itself.
+pub fn verify_pod_token(keys: &JwkSet, token: &str) -> Result<PodIdentity, TokenCheck> {
+    let header = jsonwebtoken::decode_header(token)
+        .map_err(|_| TokenCheck::Refused(unauthorized("the token is not a JWT")))?;
+    let candidates: Vec<&Jwk> = match &header.kid {
+        Some(kid) => keys.find(kid).into_iter().collect(),
+        None => keys.keys.iter().collect(),
+    };
+    if candidates.is_empty() {
+        return Err(TokenCheck::UnknownKey);
+    }
+    let mut validation = Validation::new(header.alg);
+    validation.set_audience(&[RESULT_AUDIENCE]);
+    validation.set_required_spec_claims(&["exp", "aud", "sub"]);
+    validation.validate_nbf = true;
+    let mut last = unauthorized("the token is not signed by the cluster's service-account keys");
+    for jwk in candidates {
+        let Ok(key) = DecodingKey::from_jwk(jwk) else {
+            continue;
+        };
+        if !matches!(key.family(), AlgorithmFamily::Rsa | AlgorithmFamily::Ec) {
+            continue;
+        }
+        match jsonwebtoken::decode::<Claims>(token, &key, &validation) {
+            Ok(data) => {
+                let k = data.claims.kubernetes;
+                let pod = k.pod.ok_or_else(|| {
+                    TokenCheck::Refused(unauthorized("the token is bound to no Pod"))
+                })?;
+                return Ok(PodIdentity {
+                    namespace: k.namespace,
+                    name: pod.name,
+                    uid: pod.uid,
+                });
+            }
+            Err(e) => {
+                use jsonwebtoken::errors::ErrorKind as E;
+                last = unauthorized(match e.kind() {
+                    E::ExpiredSignature => "the token has expired",
+                    E::ImmatureSignature => "the token is not valid yet",
+                    E::InvalidAudience => "the token is for another audience than the receiver",
+                    E::MissingRequiredClaim(_) | E::Json(_) => {
+                        "the token is not a Pod's ServiceAccount token"
+                    }
+                    _ => "the token is not signed by the cluster's service-account keys",
+                });
+            }
+        }
+    }
+    Err(TokenCheck::Refused(last))
+}
+
+/// Why [`verify_pod_token`] took no token.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TokenCheck {
+    /// No key of the set has the token's key id: the keys may have rotated.
+    UnknownKey,
+    /// Refused, and why.
+    Refused(Refusal),
+}
+
+/// The API server's service-account keys, read from its JWKS when first
+/// needed and again when a token names a key they lack (at most every
+/// [`KEYS_REREAD`]), and the check of a token against them.
+pub struct PodTokens {
+    client: Client,
+    keys: tokio::sync::RwLock<Option<(JwkSet, std::time::Instant)>>,
+}
+
+/// Where the API server serves its service-account keys.
+pub const JWKS_PATH: &str = "/openid/v1/jwks";
+/// How often an unknown key id may make the keys be read again.
+pub const KEYS_REREAD: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl PodTokens {
+    /// Tokens checked against the keys of the API server `client` reaches.
+    pub fn new(client: Client) -> Self {
+        PodTokens {
+            client,
+            keys: tokio::sync::RwLock::new(None),
+        }
+    }
+
+    async fn read_keys(&self) -> Result<JwkSet, Refusal> {
+        let request = http::Request::get(JWKS_PATH)
+            .body(Vec::new())
+            .map_err(|e| {
+                refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Unavailable",
+                    e.to_string(),
+                )
+            })?;
+        let text = self
+            .client
+            .request_text(request)
+            .await
+            .map_err(|e| unavailable("reading the service-account keys", &e))?;
+        serde_json::from_str(&text).map_err(|e| {
+            refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Unavailable",
+                format!("the API server's {JWKS_PATH} is not a key set: {e}"),
+            )
+        })
+    }
+
+    /// The Pod `token` is bound to, when the cluster's keys sign it for the
+    /// receiver; a token naming a key not yet known reads the keys again.
+    pub async fn verify(&self, token: &str) -> Result<PodIdentity, Refusal> {
+        let cached = self.keys.read().await.clone();
+        let stale = match &cached {
+            Some((keys, at)) => match verify_pod_token(keys, token) {
+                Ok(pod) => return Ok(pod),
+                Err(TokenCheck::Refused(r)) => return Err(r),
+                Err(TokenCheck::UnknownKey) => at.elapsed() >= KEYS_REREAD,
+            },
+            None => true,
+        };
+        if !stale {
+            return Err(unauthorized("the token names no key of the cluster's"));
+        }
+        let keys = self.read_keys().await?;
+        *self.keys.write().await = Some((keys.clone(), std::time::Instant::now()));
+        verify_pod_token(&keys, token).map_err(|e| match e {
+            TokenCheck::Refused(r) => r,
+            TokenCheck::UnknownKey => unauthorized("the token names no key of the cluster's"),
+        })
     }
 }
