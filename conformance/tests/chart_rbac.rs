@@ -132,7 +132,9 @@ async fn the_service_account_reads_no_secret_and_its_rbac_is_enough_to_converge(
         installed.service_account()
     );
     let h = ns.harness();
-    for verb in ["get", "list", "watch", "create", "update", "patch", "delete"] {
+    for verb in [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ] {
         for at in [
             vec!["--all-namespaces"],
             vec!["-n", ns.name()],

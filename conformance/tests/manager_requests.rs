@@ -267,10 +267,8 @@ async fn an_idle_read_cycle_writes_claims_jobs_and_the_plans_lease_and_stores_no
     );
     for (verb, resource) in writes.keys() {
         assert!(
-            matches!(
-                resource.as_str(),
-                "ptahschemas/status" | "jobs" | "leases"
-            ) && verb != "delete"
+            matches!(resource.as_str(), "ptahschemas/status" | "jobs" | "leases")
+                && verb != "delete"
                 && !(resource == "jobs" && verb != "create"),
             "an idle read cycle wrote {verb} {resource}: {writes:?}"
         );
