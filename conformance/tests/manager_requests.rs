@@ -223,8 +223,8 @@ async fn read_cycle(
 /// operation at most (its claim and the write that harvests it, the
 /// Observe's harvest sharing the Plan's claim), one Job create per
 /// operation and no Secret (its runner presents its Pod's own token), and
-/// the Plan's Lease (acquired,
-/// renewed while the Plan runs, released). Nothing is stored for a read's
+/// the Plan's Lease (acquired and released, never renewed: it outlasts
+/// the Plan's Job). Nothing is stored for a read's
 /// result, no Job is patched and nothing is deleted: a read's Job carries
 /// its TTL from creation.
 #[tokio::test]
@@ -264,6 +264,12 @@ async fn an_idle_read_cycle_writes_claims_jobs_and_the_plans_lease_and_stores_no
     assert!(
         count("update", "ptahschemas/status") + count("patch", "ptahschemas/status") <= 4 * cycles,
         "at most two status writes per operation: {writes:?}"
+    );
+    // The Plan's Lease outlasts the Plan's Job: acquired and released,
+    // never renewed while it runs.
+    assert!(
+        count("create", "leases") + count("update", "leases") <= 2 * cycles,
+        "at most two Lease writes per Plan: {writes:?}"
     );
     for (verb, resource) in writes.keys() {
         assert!(

@@ -76,9 +76,16 @@ struct Args {
     /// Watch only this namespace (default: all).
     #[arg(long, env = "PTAH_WATCH_NAMESPACE")]
     watch_namespace: Option<String>,
-    /// This manager's identity on Leases and Events (default: host and pid).
+    /// This manager's identity on Events and the leader Lease (default: host
+    /// and pid).
     #[arg(long, env = "PTAH_HOLDER")]
     holder: Option<String>,
+    /// Who holds realm Leases: the same for every replica and restart of one
+    /// installation, so that the manager that takes over goes on under the
+    /// Leases its predecessor took (default: `ptah-operator/` and the
+    /// coordination namespace).
+    #[arg(long, env = "PTAH_REALM_HOLDER")]
+    realm_holder: Option<String>,
     /// Reconcile only while holding the leader Lease (`--leader-election-lease`):
     /// for two or more replicas. Without it this process always reconciles.
     #[arg(long, env = "PTAH_LEADER_ELECT")]
@@ -92,7 +99,9 @@ struct Args {
     /// How long a leader holds its Lease without renewing, in seconds.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=300))]
     leader_election_duration_seconds: u64,
-    /// How long a realm Lease lasts without renewal, in seconds.
+    /// The shortest a realm Lease lasts without renewal, in seconds; each
+    /// lasts at least its Job's activeDeadlineSeconds and a minute, so that
+    /// nothing renews it while its Job runs.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(i32).range(5..=86460))]
     lease_duration_seconds: i32,
     /// How long a harvested Job is kept, in seconds.
@@ -239,6 +248,13 @@ async fn main() -> anyhow::Result<()> {
         receiver_url,
         coordination_namespace: args.coordination_namespace.clone(),
         holder,
+        realm_holder: args.realm_holder.clone().unwrap_or_else(|| {
+            format!(
+                "{}/{}",
+                ptah_operator::execution::job::MANAGED_BY,
+                args.coordination_namespace
+            )
+        }),
         lease_duration_seconds: args.lease_duration_seconds,
         execution,
         harvested_ttl_seconds: args.harvested_ttl_seconds,

@@ -217,6 +217,7 @@ pub fn test_config(runner: String, executor: String) -> Config {
         receiver_url: "https://127.0.0.1:9443/v1/results".into(),
         coordination_namespace: "ptah-system".into(),
         holder: "test".into(),
+        realm_holder: "ptah-operator/ptah-system".into(),
         lease_duration_seconds: 15,
         execution: crate::api::status::ExecutionBinding {
             epoch: format!("v1-{}", "0".repeat(32)),

@@ -81,9 +81,14 @@ pub struct Config {
     pub receiver_url: String,
     /// The namespace of the realm Leases.
     pub coordination_namespace: String,
-    /// This manager's identity on Leases and Events.
+    /// This manager's identity on Events and its leader Lease.
     pub holder: String,
-    /// How long a realm Lease lasts without renewal.
+    /// Who holds realm Leases: one identity for every replica and restart
+    /// of one installation, so that the manager that takes over goes on
+    /// under the Leases its predecessor took.
+    pub realm_holder: String,
+    /// The shortest a realm Lease lasts without renewal; each lasts at least
+    /// its Job's deadline and a minute ([`crate::execution::lease::duration_for`]).
     pub lease_duration_seconds: i32,
     /// The execution components operations run under.
     pub execution: ExecutionBinding,
@@ -154,7 +159,7 @@ impl Context {
         let leases = Leases::new(
             client.clone(),
             &config.coordination_namespace,
-            &config.holder,
+            &config.realm_holder,
         );
         let recorder = Recorder::new(
             client.clone(),

@@ -696,7 +696,10 @@ impl<F: Family> Pass<'_, F> {
             }
             .into());
         };
-        let secs = self.ctx.config.lease_duration_seconds;
+        let secs = crate::execution::lease::duration_for(
+            self.ctx.config.lease_duration_seconds,
+            self.obj.job_spec().execution.active_deadline_seconds,
+        );
         let acquired = self
             .ctx
             .leases

@@ -46,6 +46,24 @@ const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 /// Writes tried before a Lease that keeps changing is reported contended.
 const WRITE_ATTEMPTS: u32 = 3;
 
+/// What a realm Lease outlives its Job's deadline by.
+pub const DEADLINE_GRACE_SECONDS: i64 = 60;
+
+/// How long a Lease taken for an operation lasts: its Job's
+/// `activeDeadlineSeconds` and [`DEADLINE_GRACE_SECONDS`], or `configured`
+/// when longer, within the claim's bounds. Nothing renews it while its Job
+/// runs, and a manager that takes over finds it still held.
+pub fn duration_for(configured: i32, active_deadline_seconds: i64) -> i32 {
+    let wanted = active_deadline_seconds
+        .saturating_add(DEADLINE_GRACE_SECONDS)
+        .max(i64::from(configured))
+        .clamp(
+            i64::from(MIN_DURATION_SECONDS),
+            i64::from(MAX_DURATION_SECONDS),
+        );
+    i32::try_from(wanted).unwrap_or(MAX_DURATION_SECONDS)
+}
+
 /// The Lease's name: [`NAME_PREFIX`] and the first 40 hex digits of the
 /// digest, a valid object name. Anything but a `sha256:<hex>` digest is
 /// digested first, so the name stays valid whatever the input.
@@ -632,6 +650,16 @@ mod tests {
             );
         }
         assert_ne!(lease_name("a"), lease_name("b"));
+    }
+
+    #[test]
+    fn a_lease_outlives_its_jobs_deadline_by_a_minute_within_the_bounds() {
+        assert_eq!(duration_for(15, 900), 960);
+        assert_eq!(duration_for(3600, 900), 3600);
+        assert_eq!(duration_for(15, 0), 60);
+        assert_eq!(duration_for(1, -100), MIN_DURATION_SECONDS);
+        assert_eq!(duration_for(15, 10 * 86400), MAX_DURATION_SECONDS);
+        assert_eq!(duration_for(15, i64::MAX), MAX_DURATION_SECONDS);
     }
 
     #[test]
