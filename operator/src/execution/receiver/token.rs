@@ -228,6 +228,15 @@ pub enum TokenCheck {
     Refused(Refusal),
 }
 
+impl From<TokenCheck> for Refusal {
+    fn from(c: TokenCheck) -> Refusal {
+        match c {
+            TokenCheck::Refused(r) => r,
+            TokenCheck::UnknownKey => unauthorized("the token names no key of the cluster's"),
+        }
+    }
+}
+
 /// The API server's service-account keys, read from its JWKS when first
 /// needed and again when a token names a key they lack (at most every
 /// [`KEYS_REREAD`]), and the check of a token against them.
@@ -277,23 +286,19 @@ impl PodTokens {
     /// The Pod `token` is bound to, when the cluster's keys sign it for the
     /// receiver; a token naming a key not yet known reads the keys again.
     pub async fn verify(&self, token: &str) -> Result<PodIdentity, Refusal> {
-        let cached = self.keys.read().await.clone();
-        let stale = match &cached {
+        let stale = match self.keys.read().await.as_ref() {
             Some((keys, at)) => match verify_pod_token(keys, token) {
-                Ok(pod) => return Ok(pod),
-                Err(TokenCheck::Refused(r)) => return Err(r),
                 Err(TokenCheck::UnknownKey) => at.elapsed() >= KEYS_REREAD,
+                checked => return checked.map_err(Refusal::from),
             },
             None => true,
         };
         if !stale {
-            return Err(unauthorized("the token names no key of the cluster's"));
+            return Err(TokenCheck::UnknownKey.into());
         }
         let keys = self.read_keys().await?;
-        *self.keys.write().await = Some((keys.clone(), std::time::Instant::now()));
-        verify_pod_token(&keys, token).map_err(|e| match e {
-            TokenCheck::Refused(r) => r,
-            TokenCheck::UnknownKey => unauthorized("the token names no key of the cluster's"),
-        })
+        let checked = verify_pod_token(&keys, token).map_err(Refusal::from);
+        *self.keys.write().await = Some((keys, std::time::Instant::now()));
+        checked
     }
 }
