@@ -27,6 +27,8 @@ pub struct ManagerSpec {
     pub fault_point: Option<&'static str>,
     /// `--fault-operation`: the fault point stops only at this operation.
     pub fault_operation: Option<&'static str>,
+    /// `--fault-skip`: matching writes let pass before the fault point stops.
+    pub fault_skip: Option<u32>,
     /// `--lease-duration-seconds`.
     pub lease_duration_seconds: Option<i32>,
     /// The receiver's port; one the system picks when unset. A manager
@@ -35,6 +37,10 @@ pub struct ManagerSpec {
     pub port: Option<u16>,
     /// Where its spans and its Jobs' go.
     pub traces: Traces,
+    /// `--holder` (default `test-<namespace>`): another replica's identity.
+    pub holder: Option<String>,
+    /// `--realm-holder` (default the manager's own): another installation's.
+    pub realm_holder: Option<String>,
     /// Its kubeconfig instead of the harness's operator user (a
     /// ServiceAccount's, to run under the chart's RBAC).
     pub kubeconfig: Option<PathBuf>,
@@ -159,6 +165,11 @@ impl Manager {
         }
     }
 
+    /// Its exit status, if it has ended (a fault point), without waiting.
+    pub fn try_exit(&mut self) -> anyhow::Result<Option<ExitStatus>> {
+        Ok(self.child.try_wait()?)
+    }
+
     /// Kills the process (SIGKILL, as a crash) and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -221,13 +232,22 @@ pub fn command_line(
         format!("--executor-image={EXECUTOR_IMAGE_PINNED}"),
         format!("--coordination-namespace={ns}"),
         format!("--watch-namespace={ns}"),
-        format!("--holder=test-{ns}"),
+        format!(
+            "--holder={}",
+            spec.holder.clone().unwrap_or_else(|| format!("test-{ns}"))
+        ),
     ];
+    args.extend(
+        spec.realm_holder
+            .as_ref()
+            .map(|h| format!("--realm-holder={h}")),
+    );
     args.extend(spec.fault_point.map(|f| format!("--fault-point={f}")));
     args.extend(
         spec.fault_operation
             .map(|op| format!("--fault-operation={op}")),
     );
+    args.extend(spec.fault_skip.map(|n| format!("--fault-skip={n}")));
     args.extend(
         spec.lease_duration_seconds
             .map(|s| format!("--lease-duration-seconds={s}")),

@@ -104,16 +104,15 @@ fn sign(
     json_patch::patch(&mut stamped, &patch).map_err(|e| format!("spec: {e}"))?;
     // Only the spec is read back; metadata of a creation may lack a name.
     let spec = stamped.get("spec").cloned().unwrap_or(Value::Null);
-    let not_typed = |e: serde_json::Error| format!("spec: not a well-formed {}: {e}", kind.kind());
+    let not_typed = |e: String| format!("spec: not a well-formed {}: {e}", kind.kind());
     let signature = match kind {
-        Reviewed::SchemaApproval => serde_json::from_value::<PtahSchemaApprovalSpec>(spec)
-            .map(|s| key.sign(kind.kind(), namespace, &s)),
-        Reviewed::MigrationApproval => serde_json::from_value::<PtahMigrationApprovalSpec>(spec)
-            .map(|s| key.sign(kind.kind(), namespace, &s)),
-        Reviewed::RunAcknowledgment => {
-            serde_json::from_value::<PtahMigrationRunAcknowledgmentSpec>(spec)
-                .map(|s| key.sign(kind.kind(), namespace, &s))
+        Reviewed::SchemaApproval => {
+            from_value::<PtahSchemaApprovalSpec>(spec).map(|s| key.sign(kind.kind(), namespace, &s))
         }
+        Reviewed::MigrationApproval => from_value::<PtahMigrationApprovalSpec>(spec)
+            .map(|s| key.sign(kind.kind(), namespace, &s)),
+        Reviewed::RunAcknowledgment => from_value::<PtahMigrationRunAcknowledgmentSpec>(spec)
+            .map(|s| key.sign(kind.kind(), namespace, &s)),
     }
     .map_err(not_typed)?;
     patch
@@ -163,9 +162,16 @@ pub enum Validation {
     },
 }
 
+/// `K` from `value`, or serde's reason prefixed with the path of the field
+/// it is about (`spec.planRef.uid: invalid type: …`).
+fn from_value<K: DeserializeOwned>(value: Value) -> Result<K, String> {
+    serde_path_to_error::deserialize(value).map_err(|e| e.to_string())
+}
+
 fn typed<K: DeserializeOwned>(object: &DynamicObject, kind: Reviewed) -> Result<K, String> {
     serde_json::to_value(object)
-        .and_then(serde_json::from_value)
+        .map_err(|e| e.to_string())
+        .and_then(from_value)
         .map_err(|e| format!("object: not a well-formed {}: {e}", kind.kind()))
 }
 

@@ -92,8 +92,19 @@ async fn serve(client: &Client, key: &StampKey, req: Request<Bytes>) -> Response
 
 /// The request of an AdmissionReview v1, or why the body is not one.
 fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, String> {
-    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)
-        .map_err(|e| format!("the body is not an AdmissionReview: {e}"))?;
+    let not_review = |e: String| format!("the body is not an AdmissionReview: {e}");
+    let document: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| not_review(e.to_string()))?;
+    // The type members are flattened into the review, where serde loses
+    // their path: checked by name first.
+    for member in ["apiVersion", "kind"] {
+        if !document[member].is_string() {
+            return Err(not_review(format!("{member}: missing, or not a string")));
+        }
+    }
+    // serde's reason with the path of the member it is about (`request.uid: …`).
+    let review: AdmissionReview<DynamicObject> =
+        serde_path_to_error::deserialize(document).map_err(|e| not_review(e.to_string()))?;
     if review.types.api_version != META_API_VERSION_V1 || review.types.kind != META_KIND {
         return Err(format!(
             "apiVersion/kind: expected {META_API_VERSION_V1} {META_KIND}, got {} {}",
@@ -253,5 +264,96 @@ mod tests {
             message.starts_with("spec.acknowledgedBy: not stamped"),
             "{message}"
         );
+    }
+
+    /// Admission (issue 26): the body of any bytes, and reviews with one
+    /// member broken, never panic; a refusal names the member.
+    mod parse_props {
+        use proptest::prelude::*;
+        use serde_json::{Value, json};
+
+        use super::super::parse;
+
+        fn review() -> Value {
+            json!({
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": "req-uid-1",
+                    "kind": {"group": "operator.ptah.run", "version": "v1alpha1", "kind": "PtahSchemaApproval"},
+                    "resource": {"group": "operator.ptah.run", "version": "v1alpha1", "resource": "ptahschemaapprovals"},
+                    "name": "approve",
+                    "namespace": "orders",
+                    "operation": "CREATE",
+                    "userInfo": {"username": "alice"},
+                    "object": {"spec": {}},
+                    "dryRun": false
+                }
+            })
+        }
+
+        const MEMBERS: &[&str] = &[
+            "apiVersion",
+            "kind",
+            "request",
+            "request.uid",
+            "request.kind",
+            "request.kind.kind",
+            "request.resource",
+            "request.name",
+            "request.namespace",
+            "request.operation",
+            "request.userInfo",
+            "request.userInfo.username",
+            "request.object",
+            "request.dryRun",
+        ];
+
+        fn value() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<i64>().prop_map(Value::from),
+                any::<bool>().prop_map(Value::Bool),
+                ".{0,12}".prop_map(Value::String),
+                Just(json!([1])),
+                Just(json!({"a": 1})),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig {
+                cases: 256,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            })]
+
+            #[test]
+            fn a_body_of_any_bytes_is_refused_as_no_review(
+                body in prop::collection::vec(any::<u8>(), 0..300),
+            ) {
+                if let Err(reason) = parse(&body) {
+                    prop_assert!(reason.starts_with("the body is not an AdmissionReview"), "{reason}");
+                }
+            }
+
+            #[test]
+            fn a_review_with_a_broken_member_is_refused_naming_it(
+                member in prop::sample::select(MEMBERS),
+                broken in value(),
+            ) {
+                let mut doc = review();
+                prop_assert!(parse(doc.to_string().as_bytes()).is_ok());
+                let mut at = &mut doc;
+                for key in member.split('.') {
+                    at = &mut at[key];
+                }
+                *at = broken;
+                if let Err(reason) = parse(doc.to_string().as_bytes()) {
+                    let last = member.rsplit('.').next().unwrap_or(member);
+                    let top = member.split('.').next().unwrap_or(member);
+                    prop_assert!(reason.contains(last) || reason.contains(top), "{reason} is not about {member}");
+                }
+            }
+        }
     }
 }

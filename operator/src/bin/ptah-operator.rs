@@ -114,6 +114,10 @@ struct Args {
     /// (`observe`, `plan`, `apply`, …); every operation's without it.
     #[arg(long, value_parser = parse_operation, hide = true)]
     fault_operation: Option<ptah_operator::api::status::OperationType>,
+    /// Test-only: let this many matching writes pass before the fault point
+    /// stops the process.
+    #[arg(long, default_value_t = 0, hide = true)]
+    fault_skip: u32,
 }
 
 fn parse_operation(s: &str) -> Result<ptah_operator::api::status::OperationType, String> {
@@ -260,6 +264,7 @@ async fn main() -> anyhow::Result<()> {
         harvested_ttl_seconds: args.harvested_ttl_seconds,
         fault_point: args.fault_point,
         fault_operation: args.fault_operation,
+        fault_skip: args.fault_skip,
         watch_namespace: args.watch_namespace.clone(),
     };
     let spans = Spans::from_env("ptah-operator").map_err(anyhow::Error::msg)?;

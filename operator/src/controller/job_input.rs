@@ -229,6 +229,7 @@ pub fn test_config(runner: String, executor: String) -> Config {
         harvested_ttl_seconds: 300,
         fault_point: None,
         fault_operation: None,
+        fault_skip: 0,
         watch_namespace: None,
     }
 }

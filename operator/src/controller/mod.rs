@@ -98,6 +98,9 @@ pub struct Config {
     pub fault_point: Option<FaultPoint>,
     /// Test-only: the fault point stops only at this operation's claim.
     pub fault_operation: Option<OperationType>,
+    /// Test-only: the fault point lets this many matching writes pass
+    /// before it stops (the fault suite's way to reach a proof's read).
+    pub fault_skip: u32,
     /// Watch only this namespace (tests and single-namespace installs).
     pub watch_namespace: Option<String>,
 }
@@ -133,6 +136,8 @@ pub struct Context {
     contents: versions::ByVersion<(String, String)>,
     /// Traces and metrics.
     pub telemetry: Telemetry,
+    /// How many writes matching the fault point have passed.
+    faults_passed: std::sync::atomic::AtomicU32,
 }
 
 /// Where the manager's spans go, what its Jobs are told of it, and its
@@ -182,6 +187,7 @@ impl Context {
             versions: Default::default(),
             contents: Default::default(),
             telemetry: Telemetry::default(),
+            faults_passed: Default::default(),
         }
     }
 
@@ -215,12 +221,20 @@ impl Context {
         }
     }
 
-    /// Stops the process if the test asked for a fault at `point` of an
-    /// `op` claim.
+    /// Marks a durable write of the dispatch protocol in the log (the fault
+    /// suite tells from it which write a kill followed), and stops the
+    /// process if the test asked for a fault at `point` of an `op` claim.
     fn fault(&self, point: FaultPoint, op: OperationType) {
+        tracing::debug!(?point, operation = ?op, "write-order point");
         if self.config.fault_point == Some(point)
             && self.config.fault_operation.is_none_or(|o| o == op)
         {
+            let passed = self
+                .faults_passed
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if passed < self.config.fault_skip {
+                return;
+            }
             tracing::warn!(?point, "stopping at the requested fault point");
             std::process::exit(FAULT_EXIT_CODE);
         }

@@ -159,15 +159,24 @@ pub fn severity(
 /// space aside), so a cut stream never parses.
 fn json_document(stream: &[u8]) -> Option<&[u8]> {
     let text = std::str::from_utf8(stream).ok()?;
-    let start = text.lines().scan(0usize, |at, line| {
-        let here = *at;
-        *at += line.len() + 1;
-        Some((here, line))
-    });
-    let (at, _) = start
-        .into_iter()
-        .find(|(_, line)| line.trim_start().starts_with('{'))?;
-    Some(text[at..].trim_end().as_bytes())
+    // Offsets of whole lines, their `\n` (and any `\r`) included: a line
+    // ended by `\r\n` is one byte longer than `str::lines` shows it.
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        if line.trim_start().starts_with('{') {
+            return Some(text[at..].trim_end().as_bytes());
+        }
+        at += line.len();
+    }
+    None
+}
+
+/// `T` from JSON `bytes`, or serde's reason prefixed with the path of the
+/// field it is about (`findings[0].count: invalid type: …`), so a refusal
+/// names the field whatever broke in it.
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(bytes))
+        .map_err(|e| e.to_string())
 }
 
 /// Refuses a run either of whose streams went past the bound.
@@ -217,10 +226,8 @@ pub fn drift(run: &ChildRun) -> Result<Drift, ReportError> {
             exit: run.exit,
         });
     };
-    let report: DriftReport = serde_json::from_slice(doc).map_err(|e| ReportError::Unparsable {
-        what: WHAT,
-        reason: e.to_string(),
-    })?;
+    let report: DriftReport =
+        from_json(doc).map_err(|reason| ReportError::Unparsable { what: WHAT, reason })?;
     if let Some(error) = report.error.as_deref().filter(|e| !e.is_empty()) {
         return Err(ReportError::Failed {
             command: "schema drift",
@@ -433,10 +440,7 @@ pub(crate) fn json_stdout<T: serde::de::DeserializeOwned>(
             exit: run.exit,
         });
     }
-    serde_json::from_slice(&run.stdout).map_err(|e| ReportError::Unparsable {
-        what,
-        reason: e.to_string(),
-    })
+    from_json(&run.stdout).map_err(|reason| ReportError::Unparsable { what, reason })
 }
 
 /// `schema apply --plan … --dry-run` of the exact bytes: exit 0 and the
@@ -832,6 +836,37 @@ mod tests {
         let extra = CLEAN.replace("\"drift\"", "\"surprise\": 1, \"drift\"");
         let e = drift(&run(0, &extra, "")).unwrap_err();
         assert!(e.to_string().contains("surprise"), "{e}");
+    }
+
+    #[test]
+    fn log_lines_ended_by_crlf_before_the_report_are_skipped_whole() {
+        // Each `\r\n` is one byte more than `str::lines` shows: counted from
+        // those, the report would start inside the last `é` (a panic).
+        let stderr = format!("é\r\né\r\né\r\n{DRIFTED}");
+        let drifted = drift(&run(1, "", &stderr)).unwrap();
+        assert_eq!(drifted.summary.finding_count, 3);
+        assert_eq!(
+            drifted.summary.report_digest,
+            crate::protocol::receiver::content_sha256(DRIFTED.trim_end().as_bytes())
+        );
+    }
+
+    #[test]
+    fn a_broken_field_is_named_by_its_path() {
+        let e = drift(&run(
+            1,
+            "",
+            &DRIFTED.replace("\"count\": 2", "\"count\": \"two\""),
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("findings[1].count"), "{e}");
+        let e = plan(&run(
+            0,
+            &PLAN.replace("\"destructive\": false", "\"destructive\": 0"),
+            "",
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("destructive: invalid type"), "{e}");
     }
 
     #[test]

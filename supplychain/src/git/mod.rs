@@ -326,6 +326,50 @@ pub struct Advertisement {
 }
 
 impl Advertisement {
+    /// What a handshake says, as gix read it off the wire: the protocol,
+    /// the capability names, whether commits are given by id (only a v0/v1
+    /// advertisement states it; v2 never does), and every ref that points at
+    /// an object (an unborn `HEAD` points at none and is left out).
+    pub fn from_handshake(
+        protocol: gix::protocol::transport::Protocol,
+        capabilities: &gix::protocol::transport::client::Capabilities,
+        refs: &[gix::protocol::handshake::Ref],
+    ) -> Advertisement {
+        let protocol = match protocol {
+            gix::protocol::transport::Protocol::V0 => 0,
+            gix::protocol::transport::Protocol::V1 => 1,
+            gix::protocol::transport::Protocol::V2 => 2,
+        };
+        let capabilities: Vec<String> = capabilities.iter().map(|c| c.name().to_string()).collect();
+        let has = |c: &str| capabilities.iter().any(|x| x == c);
+        let by_id = if protocol >= 2 {
+            ByIdPermission::AdvertisedOnly
+        } else if has("allow-reachable-sha1-in-want") {
+            ByIdPermission::Reachable
+        } else if has("allow-tip-sha1-in-want") {
+            ByIdPermission::TipsOnly
+        } else {
+            ByIdPermission::AdvertisedOnly
+        };
+        let refs = refs
+            .iter()
+            .filter_map(|r| {
+                let (name, target, peeled) = r.unpack();
+                Some(AdvertisedRef {
+                    name: name.to_string(),
+                    target: target?.to_hex().to_string(),
+                    peeled: peeled.map(|p| p.to_hex().to_string()),
+                })
+            })
+            .collect();
+        Advertisement {
+            protocol,
+            refs,
+            capabilities,
+            by_id,
+        }
+    }
+
     pub fn find(&self, full_name: &str) -> Option<&AdvertisedRef> {
         self.refs.iter().find(|r| r.name == full_name)
     }

@@ -14,8 +14,8 @@ use gix::remote::Direction;
 use gix::remote::fetch::{Shallow, Tags};
 
 use super::{
-    AdvertiseError, AdvertisedRef, Advertisement, ByIdPermission, Credentials, FetchBudget,
-    FetchError, FetchedBy, GitRef, Options, RefProtocol, SelectedFile,
+    AdvertiseError, Advertisement, Credentials, FetchBudget, FetchError, FetchedBy, GitRef,
+    Options, RefProtocol, SelectedFile,
 };
 
 /// Where fetched refs land in the scratch repository.
@@ -399,45 +399,11 @@ impl<'a> Session<'a> {
                 },
             )
             .map_err(|e| self.transport(what, &e))?;
-        let protocol = match handshake.server_protocol_version {
-            gix::protocol::transport::Protocol::V0 => 0,
-            gix::protocol::transport::Protocol::V1 => 1,
-            gix::protocol::transport::Protocol::V2 => 2,
-        };
-        let capabilities: Vec<String> = handshake
-            .capabilities
-            .iter()
-            .map(|c| c.name().to_string())
-            .collect();
-        let has = |c: &str| capabilities.iter().any(|x| x == c);
-        // Only a v0/v1 advertisement states permission; v2 never does.
-        let by_id = if protocol >= 2 {
-            ByIdPermission::AdvertisedOnly
-        } else if has("allow-reachable-sha1-in-want") {
-            ByIdPermission::Reachable
-        } else if has("allow-tip-sha1-in-want") {
-            ByIdPermission::TipsOnly
-        } else {
-            ByIdPermission::AdvertisedOnly
-        };
-        let refs = ref_map
-            .remote_refs
-            .iter()
-            .filter_map(|r| {
-                let (name, target, peeled) = r.unpack();
-                Some(AdvertisedRef {
-                    name: name.to_string(),
-                    target: target?.to_hex().to_string(),
-                    peeled: peeled.map(|p| p.to_hex().to_string()),
-                })
-            })
-            .collect();
-        Ok(Advertisement {
-            protocol,
-            refs,
-            capabilities,
-            by_id,
-        })
+        Ok(Advertisement::from_handshake(
+            handshake.server_protocol_version,
+            &handshake.capabilities,
+            &ref_map.remote_refs,
+        ))
     }
 
     fn ref_protocol(&self) -> u8 {

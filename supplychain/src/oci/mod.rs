@@ -716,54 +716,7 @@ impl OciSource {
             .pull_manifest_raw(reference, &self.registry_auth(), &[OCI_MANIFEST])
             .await
             .map_err(|e| self.registry_error("manifest read", reference, e))?;
-        if bytes.len() as u64 > self.limits.max_manifest_bytes {
-            return Err(OciError::TooLarge {
-                what: "manifest".into(),
-                reference: reference.whole(),
-                size: bytes.len() as u64,
-                limit: self.limits.max_manifest_bytes,
-            });
-        }
-        let actual = sha256_hex(&bytes);
-        if actual != digest {
-            return Err(OciError::DigestMismatch {
-                what: "manifest".into(),
-                reference: reference.whole(),
-                expected: digest.to_string(),
-                actual,
-            });
-        }
-        let manifest: OciImageManifest =
-            serde_json::from_slice(&bytes).map_err(|e| OciError::Manifest {
-                digest: digest.to_string(),
-                reason: format!("not an OCI image manifest: {e}"),
-            })?;
-        if manifest
-            .media_type
-            .as_deref()
-            .is_some_and(|m| m != OCI_MANIFEST)
-        {
-            return Err(OciError::Manifest {
-                digest: digest.to_string(),
-                reason: format!(
-                    "media type {:?}, not {OCI_MANIFEST}",
-                    manifest.media_type.as_deref().unwrap_or_default()
-                ),
-            });
-        }
-        if manifest.layers.len() > self.limits.max_layers {
-            return Err(OciError::TooLarge {
-                what: "layer count".into(),
-                reference: reference.whole(),
-                size: manifest.layers.len() as u64,
-                limit: self.limits.max_layers as u64,
-            });
-        }
-        Ok(FetchedManifest {
-            digest: digest.to_string(),
-            bytes: bytes.to_vec(),
-            manifest,
-        })
+        read_manifest(&reference.whole(), digest, &bytes, &self.limits)
     }
 
     /// Resolve: the tag to a digest, the manifest by that digest, its type
@@ -886,6 +839,84 @@ impl OciSource {
         }
         Ok(bytes)
     }
+}
+
+/// The manifest bytes a registry answered for `digest` (of `reference`), read
+/// as the digest says: within the size bound, of exactly that SHA-256, an
+/// OCI image manifest (its media type, if given, that one), with no more
+/// layers than the bound. Each refusal names the bound, the digest or the
+/// field (`layers[0].size: invalid type: …`). Pure: the registry's answer in,
+/// no request made.
+pub fn read_manifest(
+    reference: &str,
+    digest: &str,
+    bytes: &[u8],
+    limits: &Limits,
+) -> Result<FetchedManifest, OciError> {
+    if bytes.len() as u64 > limits.max_manifest_bytes {
+        return Err(OciError::TooLarge {
+            what: "manifest".into(),
+            reference: reference.to_string(),
+            size: bytes.len() as u64,
+            limit: limits.max_manifest_bytes,
+        });
+    }
+    let actual = sha256_hex(bytes);
+    if actual != digest {
+        return Err(OciError::DigestMismatch {
+            what: "manifest".into(),
+            reference: reference.to_string(),
+            expected: digest.to_string(),
+            actual,
+        });
+    }
+    let manifest: OciImageManifest =
+        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(bytes))
+            .map_err(|e| OciError::Manifest {
+                digest: digest.to_string(),
+                reason: format!("not an OCI image manifest: {e}"),
+            })?;
+    if manifest
+        .media_type
+        .as_deref()
+        .is_some_and(|m| m != OCI_MANIFEST)
+    {
+        return Err(OciError::Manifest {
+            digest: digest.to_string(),
+            reason: format!(
+                "mediaType {:?} is not {OCI_MANIFEST}",
+                manifest.media_type.as_deref().unwrap_or_default()
+            ),
+        });
+    }
+    if manifest.layers.len() > limits.max_layers {
+        return Err(OciError::TooLarge {
+            what: "layer count".into(),
+            reference: reference.to_string(),
+            size: manifest.layers.len() as u64,
+            limit: limits.max_layers as u64,
+        });
+    }
+    Ok(FetchedManifest {
+        digest: digest.to_string(),
+        bytes: bytes.to_vec(),
+        manifest,
+    })
+}
+
+/// A referrer (a manifest the referrers API lists for `subject`, read with
+/// [`read_manifest`]) must name `subject` in its own `subject`: an index
+/// entry alone proves nothing about what the manifest refers to.
+pub fn check_referrer(referrer: &FetchedManifest, subject: &str) -> Result<(), OciError> {
+    let reason = match referrer.manifest.subject.as_ref() {
+        Some(s) if s.digest == subject => return Ok(()),
+        Some(_) => "subject.digest: names another artifact",
+        None => "subject: missing, so the manifest refers to nothing",
+    };
+    Err(OciError::Manifest {
+        digest: referrer.digest.clone(),
+        reason: reason.into(),
+    })
 }
 
 /// The artifact type a manifest declares: `artifactType` (OCI 1.1), else the

@@ -91,7 +91,7 @@ use sha2::{Digest, Sha256};
 use sigstore::crypto::{CosignVerificationKey, Signature};
 use x509_cert::der::{Decode, Encode};
 
-use crate::oci::{ArtifactKind, OciSource, check_artifact, declared_artifact_type};
+use crate::oci::{ArtifactKind, OciSource, check_artifact, check_referrer, declared_artifact_type};
 
 pub const API_VERSION: &str = "supplychain.ptah.run/v1alpha1";
 pub const KIND: &str = "VerificationPolicy";
@@ -790,23 +790,33 @@ fn bundle_candidate(
         serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
     let envelope = &bundle["dsseEnvelope"];
     if envelope.is_null() {
-        return Err("not a DSSE bundle (a message signature cannot name an OCI digest)".into());
+        return Err(
+            "dsseEnvelope: missing, not a DSSE bundle (a message signature cannot name an OCI digest)"
+                .into(),
+        );
     }
     let payload_type = envelope["payloadType"].as_str().unwrap_or_default();
     if payload_type != IN_TOTO_PAYLOAD_TYPE {
-        return Err(format!("DSSE payload type {payload_type:?}"));
+        return Err(format!(
+            "dsseEnvelope.payloadType: {payload_type:?} is not {IN_TOTO_PAYLOAD_TYPE}"
+        ));
     }
-    let payload = b64(&envelope["payload"]).ok_or("no DSSE payload")?;
+    let payload =
+        b64(&envelope["payload"]).ok_or("dsseEnvelope.payload: missing, or not base64")?;
     let signatures = envelope["signatures"]
         .as_array()
         .cloned()
         .unwrap_or_default();
     let [signature] = signatures.as_slice() else {
-        return Err(format!("{} DSSE signatures, not one", signatures.len()));
+        return Err(format!(
+            "dsseEnvelope.signatures: {} DSSE signatures, not one",
+            signatures.len()
+        ));
     };
-    let signature = b64(&signature["sig"]).ok_or("no DSSE signature")?;
-    let statement: serde_json::Value =
-        serde_json::from_slice(&payload).map_err(|e| format!("in-toto statement: {e}"))?;
+    let signature =
+        b64(&signature["sig"]).ok_or("dsseEnvelope.signatures[0].sig: missing, or not base64")?;
+    let statement: serde_json::Value = serde_json::from_slice(&payload)
+        .map_err(|e| format!("dsseEnvelope.payload: not an in-toto statement: {e}"))?;
     let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
     let names_digest = statement["subject"]
         .as_array()
@@ -814,7 +824,7 @@ fn bundle_candidate(
         .flatten()
         .any(|s| s["digest"]["sha256"].as_str() == Some(hex));
     if !names_digest {
-        return Err("its in-toto subject is another digest".into());
+        return Err("dsseEnvelope.payload: its in-toto subject is another digest".into());
     }
     let material = &bundle["verificationMaterial"];
     let (certificate, chain) = if let Some(der) = b64(&material["certificate"]["rawBytes"]) {
@@ -879,17 +889,8 @@ async fn bundle_signatures(
                 continue;
             }
         };
-        if manifest
-            .manifest
-            .subject
-            .as_ref()
-            .map(|s| s.digest.as_str())
-            != Some(digest)
-        {
-            notes.push(format!(
-                "bundle {}: its subject is another artifact",
-                descriptor.digest
-            ));
+        if let Err(e) = check_referrer(&manifest, digest) {
+            notes.push(format!("bundle {}: {e}", descriptor.digest));
             continue;
         }
         for layer in &manifest.manifest.layers {
@@ -1299,5 +1300,93 @@ mod tests {
         let err =
             bundle_candidate(bundle.to_string().as_bytes(), "sha256:11", "sha256:22").unwrap_err();
         assert!(err.contains("another digest"), "{err}");
+    }
+
+    /// Referrers (issue 26): the sigstore bundle a referrer carries, read
+    /// from bytes nobody vouches for. Nothing panics, and a refused bundle
+    /// names the member it is about (`dsseEnvelope.payloadType: …`).
+    mod bundle_props {
+        use base64::Engine;
+        use proptest::prelude::*;
+        use serde_json::{Value, json};
+
+        use super::super::*;
+
+        const DIGEST: &str =
+            "sha256:00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+        const HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+        fn config() -> ProptestConfig {
+            ProptestConfig {
+                cases: 256,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            }
+        }
+
+        fn b64(bytes: &[u8]) -> String {
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        }
+
+        fn bundle() -> Value {
+            let statement = json!({"_type": "https://in-toto.io/Statement/v1",
+                "subject": [{"name": "x", "digest": {"sha256": HEX}}]});
+            json!({
+                "dsseEnvelope": {"payloadType": IN_TOTO_PAYLOAD_TYPE,
+                    "payload": b64(statement.to_string().as_bytes()),
+                    "signatures": [{"sig": "AAAA"}]},
+                "verificationMaterial": {"certificate": {"rawBytes": "AAAA"},
+                    "tlogEntries": [{"logIndex": "1"}]}})
+        }
+
+        fn value() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<i64>().prop_map(Value::from),
+                ".{0,12}".prop_map(Value::String),
+                "[A-Za-z0-9+/]{0,16}={0,2}".prop_map(Value::String),
+                Just(json!([])),
+                Just(json!({})),
+                Just(json!([{"sig": 1}, {"sig": "AAAA"}])),
+            ]
+        }
+
+        /// The members of the bundle a refusal can be about.
+        const MEMBERS: &[&str] = &[
+            "dsseEnvelope",
+            "dsseEnvelope.payloadType",
+            "dsseEnvelope.payload",
+            "dsseEnvelope.signatures",
+            "verificationMaterial",
+            "verificationMaterial.certificate",
+            "verificationMaterial.tlogEntries",
+        ];
+
+        proptest! {
+            #![proptest_config(config())]
+
+            #[test]
+            fn a_bundle_of_any_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+                let _ = bundle_candidate(&bytes, DIGEST, DIGEST);
+            }
+
+            #[test]
+            fn a_bundle_with_a_broken_member_is_refused_naming_it(
+                member in prop::sample::select(MEMBERS),
+                broken in value(),
+            ) {
+                let mut doc = bundle();
+                prop_assert!(bundle_candidate(doc.to_string().as_bytes(), DIGEST, DIGEST).is_ok());
+                let mut at = &mut doc;
+                for key in member.split('.') {
+                    at = &mut at[key];
+                }
+                *at = broken;
+                if let Err(e) = bundle_candidate(doc.to_string().as_bytes(), DIGEST, DIGEST) {
+                    prop_assert!(e.starts_with("dsseEnvelope"), "{e}");
+                    prop_assert!(e.starts_with(member) || member.starts_with(e.split(':').next().unwrap_or_default()), "{e} is not about {member}");
+                }
+            }
+        }
     }
 }

@@ -159,7 +159,8 @@ pub fn assemble(index: &ConfigMap, chunks: &[ConfigMap]) -> Result<StoredResult,
         .map_err(|_| corrupt(format!("data.{} is not a number", key::CHUNKS)))?;
     if count != chunks.len() + 1 {
         return Err(corrupt(format!(
-            "{count} chunks recorded, {} found",
+            "data.{}: {count} chunks recorded, {} found",
+            key::CHUNKS,
             chunks.len() + 1
         )));
     }
@@ -182,27 +183,31 @@ pub fn assemble(index: &ConfigMap, chunks: &[ConfigMap]) -> Result<StoredResult,
     }
     if body.len() != length {
         return Err(corrupt(format!(
-            "{} bytes found, {length} recorded",
+            "data.{}: {length} bytes recorded, {} found",
+            key::LENGTH,
             body.len()
         )));
     }
     if content_sha256(&body) != field(key::SHA256)? {
-        return Err(corrupt(
-            "the SHA-256 of the bytes is not the one recorded".into(),
-        ));
+        return Err(corrupt(format!(
+            "data.{}: the SHA-256 of the bytes is not the one recorded",
+            key::SHA256
+        )));
     }
-    let document: ResultDocument = serde_json::from_slice(&body)
-        .map_err(|e| corrupt(format!("not a result document: {e}")))?;
+    let document: ResultDocument =
+        result_document(&body).map_err(|e| corrupt(format!("not a result document: {e}")))?;
     let op = document
         .operation
         .as_ref()
-        .ok_or_else(|| corrupt("the document has no operation".into()))?;
+        .ok_or_else(|| corrupt("operation: the document has none".into()))?;
     if op.operation_id != field(key::OPERATION_ID)?
         || op.attempt.to_string() != field(key::ATTEMPT)?
     {
-        return Err(corrupt(
-            "the document's operation is not the one the index records".into(),
-        ));
+        return Err(corrupt(format!(
+            "data.{}, data.{}: the document's operation is not the one the index records",
+            key::OPERATION_ID,
+            key::ATTEMPT
+        )));
     }
     let received_at = field(key::RECEIVED_AT)?
         .parse::<Timestamp>()

@@ -75,7 +75,7 @@ pub fn parse_up(run: &ChildRun) -> Result<UpEnd, ReportError> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {
-        let entry: LogLine = serde_json::from_str(line).map_err(|e| ReportError::Unparsable {
+        let entry: LogLine = from_json(line.as_bytes()).map_err(|e| ReportError::Unparsable {
             what: WHAT,
             reason: format!("line {}: {e}", i + 1),
         })?;
