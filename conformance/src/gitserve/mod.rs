@@ -291,17 +291,34 @@ fn ensure_http_credentials(path: &Path) -> anyhow::Result<()> {
     write_private(path, &format!("{HTTP_USER}:{}\n", hex::encode(bytes)))
 }
 
-/// Writes a file only its owner can read.
+/// Writes a file only its owner can read, replacing it whole (see
+/// [`write_whole`]).
 pub(crate) fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    write_whole(path, text, 0o600)
+}
+
+/// Writes `text` to a file beside `path` and renames it over `path`: every
+/// test process runs `up`, which writes these files again, and a reader in
+/// another test (ssh reading `known_hosts` or `authorized_keys`) must never
+/// see one truncated mid-write.
+pub(crate) fn write_whole(path: &Path, text: &str, mode: u32) -> anyhow::Result<()> {
+    if fs::read_to_string(path).is_ok_and(|old| old == text) {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
+        return Ok(());
+    }
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(name);
     let mut f = fs::OpenOptions::new()
         .create(true)
         .write(true)
         .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    f.set_permissions(fs::Permissions::from_mode(0o600))?;
+        .mode(mode)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.set_permissions(fs::Permissions::from_mode(mode))?;
     f.write_all(text.as_bytes())?;
+    fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
     Ok(())
 }
 

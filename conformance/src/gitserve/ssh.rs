@@ -9,7 +9,7 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-use super::{Paths, SSH_USER, write_private};
+use super::{Paths, SSH_USER, write_private, write_whole};
 use crate::service::ServiceSpec;
 
 /// The directory OpenSSH's privilege separation chroots into; compiled into
@@ -23,7 +23,7 @@ pub(super) fn prepare(paths: &Paths, port: u16) -> anyhow::Result<ServiceSpec> {
     let client = generate_key(&paths.client_key, "ptah-harness-git-client")?;
     // `restrict`: no pty, forwarding or agent; git needs only the command.
     write_private(&paths.authorized_keys, &format!("restrict {client}\n"))?;
-    fs::write(&paths.known_hosts, known_hosts_line(port, &host)?)?;
+    write_whole(&paths.known_hosts, &known_hosts_line(port, &host)?, 0o644)?;
     let config = format!(
         "# Written by the conformance harness.\n\
          ListenAddress 127.0.0.1:{port}\n\
@@ -51,7 +51,7 @@ pub(super) fn prepare(paths: &Paths, port: u16) -> anyhow::Result<ServiceSpec> {
         host_key = paths.host_key.display(),
         authorized_keys = paths.authorized_keys.display(),
     );
-    fs::write(&paths.sshd_config, config)?;
+    write_whole(&paths.sshd_config, &config, 0o644)?;
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o755)
