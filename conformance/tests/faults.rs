@@ -186,8 +186,6 @@ struct Iteration {
     db: TestDatabase,
     port: u16,
     record: Record,
-    /// Plans approved, by UID.
-    approved: BTreeSet<String>,
 }
 
 impl Iteration {
@@ -207,7 +205,6 @@ impl Iteration {
             db,
             port: free_port()?,
             record: Record::default(),
-            approved: BTreeSet::new(),
         })
     }
 
@@ -277,7 +274,7 @@ impl Iteration {
             .filter(|e| e.type_ == JournalEntryType::ApprovalAccepted)
             .count();
         if look.phase == "AwaitingApproval"
-            && let Some(uid) = look.plan_uid.clone()
+            && look.plan_uid.is_some()
             && consumed == self.record.approvals.len()
         {
             self.nothing_ran_unapproved()?;
@@ -292,7 +289,6 @@ impl Iteration {
                     approve_migration(&self.ns, &m, &name).await?;
                 }
             }
-            self.approved.insert(uid);
             self.record.approvals.insert(name);
         }
         if let Some(operation) = &look.held
@@ -344,7 +340,7 @@ impl Iteration {
     /// beyond what the approvals so far carried (a migration's second plan
     /// is approved only after its first ran).
     fn nothing_ran_unapproved(&self) -> anyhow::Result<()> {
-        if !self.approved.is_empty() {
+        if !self.record.approvals.is_empty() {
             return Ok(());
         }
         match self.kind {
@@ -694,14 +690,9 @@ fn report(test: &str, records: &[Record]) {
 }
 
 /// The manager stopped after one write per stage, the writes a Latin square
-/// under the seed: iteration `i` (from `offset`) stops stage `k` at point
-/// `(perm[k] + i) mod 4`.
-async fn stopped_at_each_write(
-    kind: Kind,
-    engine: Engine,
-    test: &str,
-    offset: usize,
-) -> anyhow::Result<()> {
+/// under the seed: iteration `i` stops stage `k` at point `(perm[k] + i)
+/// mod 4`.
+async fn stopped_at_each_write(engine: Engine, test: &str, kind: Kind) -> anyhow::Result<()> {
     let mut rng = StdRng::seed_from_u64(seed(test));
     let stages = kind.stages();
     let mut perm: Vec<usize> = (0..stages.len()).map(|k| k % POINTS.len()).collect();
@@ -711,7 +702,7 @@ async fn stopped_at_each_write(
         let points = stages
             .iter()
             .enumerate()
-            .map(|(k, s)| (*s, POINTS[(perm[k] + i + offset) % POINTS.len()]))
+            .map(|(k, s)| (*s, POINTS[(perm[k] + i) % POINTS.len()]))
             .collect();
         records.push(run(kind, engine, &format!("{test}-{i}"), Fault::Points(points)).await?);
     }
@@ -720,7 +711,7 @@ async fn stopped_at_each_write(
 }
 
 /// The manager SIGKILLed at a random moment of each stage.
-async fn killed_at_random_moments(kind: Kind, engine: Engine, test: &str) -> anyhow::Result<()> {
+async fn killed_at_random_moments(engine: Engine, test: &str, kind: Kind) -> anyhow::Result<()> {
     let mut rng = StdRng::seed_from_u64(seed(test));
     let mut records = vec![];
     for i in 0..iterations(1) {
@@ -744,7 +735,7 @@ async fn killed_at_random_moments(kind: Kind, engine: Engine, test: &str) -> any
 }
 
 /// Two managers without leader election on the same resources.
-async fn two_managers(kind: Kind, engine: Engine, test: &str) -> anyhow::Result<()> {
+async fn two_managers(engine: Engine, test: &str, kind: Kind) -> anyhow::Result<()> {
     let mut rng = StdRng::seed_from_u64(seed(test));
     let mut records = vec![];
     for i in 0..iterations(1) {
@@ -771,51 +762,29 @@ async fn two_managers(kind: Kind, engine: Engine, test: &str) -> anyhow::Result<
     Ok(())
 }
 
-async fn schema_stopped_at_each_write(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let offset = if engine == Engine::Postgres { 0 } else { 2 };
-    stopped_at_each_write(Kind::Schema, engine, test, offset).await
-}
-
-async fn migration_stopped_at_each_write(engine: Engine, test: &str) -> anyhow::Result<()> {
-    let offset = if engine == Engine::Postgres { 0 } else { 2 };
-    stopped_at_each_write(Kind::Migration, engine, test, offset).await
-}
-
-async fn schema_killed_at_random(engine: Engine, test: &str) -> anyhow::Result<()> {
-    killed_at_random_moments(Kind::Schema, engine, test).await
-}
-
-async fn migration_killed_at_random(engine: Engine, test: &str) -> anyhow::Result<()> {
-    killed_at_random_moments(Kind::Migration, engine, test).await
-}
-
-async fn schema_two_managers(engine: Engine, test: &str) -> anyhow::Result<()> {
-    two_managers(Kind::Schema, engine, test).await
-}
-
-async fn migration_two_managers(engine: Engine, test: &str) -> anyhow::Result<()> {
-    two_managers(Kind::Migration, engine, test).await
-}
-
 conformance::on_both_engines!(
     a_schema_whose_manager_stops_after_each_write_applies_once,
     "schema-points",
-    schema_stopped_at_each_write
+    stopped_at_each_write,
+    Kind::Schema
 );
 conformance::on_both_engines!(
     a_migration_whose_manager_stops_after_each_write_runs_each_version_once,
     "mig-points",
-    migration_stopped_at_each_write
+    stopped_at_each_write,
+    Kind::Migration
 );
 conformance::on_both_engines!(
     a_schema_whose_manager_is_killed_at_random_applies_once,
     "schema-random",
-    schema_killed_at_random
+    killed_at_random_moments,
+    Kind::Schema
 );
 conformance::on_both_engines!(
     a_migration_whose_manager_is_killed_at_random_runs_each_version_once,
     "mig-random",
-    migration_killed_at_random
+    killed_at_random_moments,
+    Kind::Migration
 );
 /// Two managers without leader election (`docs/reliability.md`, "What
 /// failed"): replicas of one installation replayed a schema's Apply on
@@ -828,25 +797,25 @@ mod two_managers_on_the_same_resources {
     #[tokio::test]
     #[ignore = "fails: two managers replay an Apply or livelock (docs/reliability.md)"]
     async fn a_schema_applies_once_on_postgresql() -> anyhow::Result<()> {
-        schema_two_managers(Engine::Postgres, "schema-two-pg").await
+        two_managers(Engine::Postgres, "schema-two-pg", Kind::Schema).await
     }
 
     #[tokio::test]
     #[ignore = "fails: two managers replay an Apply or livelock (docs/reliability.md)"]
     async fn a_schema_applies_once_on_mariadb() -> anyhow::Result<()> {
-        schema_two_managers(Engine::MariaDb, "schema-two-maria").await
+        two_managers(Engine::MariaDb, "schema-two-maria", Kind::Schema).await
     }
 
     #[tokio::test]
     #[ignore = "fails: two managers replay an Apply or livelock (docs/reliability.md)"]
     async fn a_migration_runs_each_version_once_on_postgresql() -> anyhow::Result<()> {
-        migration_two_managers(Engine::Postgres, "mig-two-pg").await
+        two_managers(Engine::Postgres, "mig-two-pg", Kind::Migration).await
     }
 
     #[tokio::test]
     #[ignore = "fails: two managers replay an Apply or livelock (docs/reliability.md)"]
     async fn a_migration_runs_each_version_once_on_mariadb() -> anyhow::Result<()> {
-        migration_two_managers(Engine::MariaDb, "mig-two-maria").await
+        two_managers(Engine::MariaDb, "mig-two-maria", Kind::Migration).await
     }
 }
 
