@@ -19,6 +19,7 @@ pub mod stamp;
 pub mod validate;
 mod webhook;
 
+use crate::protocol::from_value;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
@@ -160,12 +161,6 @@ pub enum Validation {
         /// The object under review.
         subject: Subject,
     },
-}
-
-/// `K` from `value`, or serde's reason prefixed with the path of the field
-/// it is about (`spec.planRef.uid: invalid type: …`).
-fn from_value<K: DeserializeOwned>(value: Value) -> Result<K, String> {
-    serde_path_to_error::deserialize(value).map_err(|e| e.to_string())
 }
 
 fn typed<K: DeserializeOwned>(object: &DynamicObject, kind: Reviewed) -> Result<K, String> {

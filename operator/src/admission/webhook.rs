@@ -104,7 +104,7 @@ fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, String> {
     }
     // serde's reason with the path of the member it is about (`request.uid: …`).
     let review: AdmissionReview<DynamicObject> =
-        serde_path_to_error::deserialize(document).map_err(|e| not_review(e.to_string()))?;
+        crate::protocol::from_value(document).map_err(not_review)?;
     if review.types.api_version != META_API_VERSION_V1 || review.types.kind != META_KIND {
         return Err(format!(
             "apiVersion/kind: expected {META_API_VERSION_V1} {META_KIND}, got {} {}",

@@ -17,3 +17,16 @@ pub mod migrations;
 pub mod naming;
 pub mod receiver;
 pub mod result;
+
+/// `T` from JSON `bytes`, or serde's reason prefixed with the path of the
+/// field it is about (`findings[0].count: invalid type: …`): a refusal of
+/// outside JSON names the field whatever broke in it.
+pub fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(bytes))
+        .map_err(|e| e.to_string())
+}
+
+/// [`from_json`] of a value already parsed.
+pub fn from_value<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|e| e.to_string())
+}

@@ -216,7 +216,7 @@ pub async fn apply(
 
 /// The statements of a checked plan file, counted from its document.
 pub fn statement_count(bytes: &[u8]) -> Result<i32, StepError> {
-    let doc: reports::PlanDocument = reports::from_json(bytes).map_err(|e| {
+    let doc: reports::PlanDocument = crate::protocol::from_json(bytes).map_err(|e| {
         StepError::refused(
             "plan",
             None,

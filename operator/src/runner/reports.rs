@@ -10,6 +10,7 @@
 //! golden files in `conformance/testdata/executor/` hold what the pinned Ptah
 //! writes; `conformance/tests/executor_contract.rs` feeds them through here.
 
+use crate::protocol::from_json;
 use std::collections::BTreeSet;
 
 use serde::Deserialize;
@@ -169,14 +170,6 @@ fn json_document(stream: &[u8]) -> Option<&[u8]> {
         at += line.len();
     }
     None
-}
-
-/// `T` from JSON `bytes`, or serde's reason prefixed with the path of the
-/// field it is about (`findings[0].count: invalid type: …`), so a refusal
-/// names the field whatever broke in it.
-pub(crate) fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(bytes))
-        .map_err(|e| e.to_string())
 }
 
 /// Refuses a run either of whose streams went past the bound.

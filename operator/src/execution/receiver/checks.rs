@@ -136,7 +136,7 @@ pub fn check_request(req: &Request<Bytes>) -> Result<Received, Refusal> {
             "X-Ptah-Content-SHA256 does not match the SHA-256 of the body",
         ));
     }
-    let document: ResultDocument = result_document(body).map_err(|e| {
+    let document: ResultDocument = crate::protocol::from_json(body).map_err(|e| {
         bad(
             "Document",
             format!("the body is not a result document: {e}"),
@@ -164,13 +164,6 @@ pub fn check_request(req: &Request<Bytes>) -> Result<Received, Refusal> {
         token: token.to_string(),
         sha256,
     })
-}
-
-/// A result document from JSON, or serde's reason prefixed with the path of
-/// the field it is about (`operation.attempt: invalid type: …`).
-pub(super) fn result_document(bytes: &[u8]) -> Result<ResultDocument, String> {
-    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(bytes))
-        .map_err(|e| e.to_string())
 }
 
 pub(super) fn operation_hex(operation_id: &str) -> Option<&str> {

@@ -194,8 +194,8 @@ pub fn assemble(index: &ConfigMap, chunks: &[ConfigMap]) -> Result<StoredResult,
             key::SHA256
         )));
     }
-    let document: ResultDocument =
-        result_document(&body).map_err(|e| corrupt(format!("not a result document: {e}")))?;
+    let document: ResultDocument = crate::protocol::from_json::<ResultDocument>(&body)
+        .map_err(|e| corrupt(format!("not a result document: {e}")))?;
     let op = document
         .operation
         .as_ref()

@@ -61,8 +61,9 @@ use super::cli::{ApplyArgs, DatabaseArgs};
 use super::executor::{ChildRun, Executor};
 use super::identity::Target;
 use super::reports::strip_comments;
-use super::reports::{ReportError, from_json, json_stdout, last_error_line, not_truncated};
+use super::reports::{ReportError, json_stdout, last_error_line, not_truncated};
 use crate::protocol::args::EngineArg;
+use crate::protocol::from_json;
 use crate::protocol::migrations::{
     Direction, DirtyRevision, HISTORY_CONTRACT_VERSION, HistoryReport, HistoryVerdict,
     REVISIONS_MAX, RunOutcome, RunResult, check_history, sequence_digest,
