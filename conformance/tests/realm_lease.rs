@@ -286,33 +286,46 @@ async fn an_old_wall_clock_renew_time_is_no_takeover() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-async fn reacquisition_by_the_same_operation_rotates_the_epoch() -> anyhow::Result<()> {
+async fn reacquisition_for_the_same_operation_keeps_its_epoch_by_any_manager() -> anyhow::Result<()>
+{
     let scope = Scope::new("reacquire").await?;
-    let a = scope.manager("manager-a");
+    let (a, b) = (scope.manager("manager-a"), scope.manager("manager-b"));
     let op = operation(1);
     let first = held(
         "first acquisition",
         a.acquire(&scope.digest, &op, DURATION).await?,
     )?;
-    let second = held(
-        "re-acquisition",
+    // A restart of the holder, or a replica or another installation serving
+    // the same stored claim: the claim's epoch, renewed, not a new one.
+    let again = held(
+        "re-acquisition by the holder",
         a.acquire(&scope.digest, &op, DURATION).await?,
     )?;
-    assert_ne!(first, second, "every acquisition is a new epoch");
-    assert_eq!(a.renew(&scope.digest, &op, &first).await?, Continuity::Lost);
+    let other = held(
+        "acquisition by another manager",
+        b.acquire(&scope.digest, &op, DURATION).await?,
+    )?;
+    assert_eq!(again, first, "the same operation keeps its epoch");
+    assert_eq!(other, first, "whichever manager asks");
     assert_eq!(
-        a.renew(&scope.digest, &op, &second).await?,
-        Continuity::Held
+        scope.holder().await?.as_deref(),
+        Some("manager-a"),
+        "the holder stays"
     );
+    for m in [&a, &b] {
+        assert_eq!(m.renew(&scope.digest, &op, &first).await?, Continuity::Held);
+    }
 
-    // The same manager for another operation is foreign: it waits.
-    assert!(matches!(
-        a.acquire(&scope.digest, &operation(2), DURATION).await?,
-        Acquired::Busy { .. }
-    ));
+    // Another operation is foreign to either manager: it waits.
+    for m in [&a, &b] {
+        assert!(matches!(
+            m.acquire(&scope.digest, &operation(2), DURATION).await?,
+            Acquired::Busy { .. }
+        ));
+    }
     // And a renewal for another operation, even with the epoch, is Lost.
     assert_eq!(
-        a.renew(&scope.digest, &operation(2), &second).await?,
+        a.renew(&scope.digest, &operation(2), &first).await?,
         Continuity::Lost
     );
     Ok(())
@@ -339,6 +352,14 @@ async fn a_renewal_after_the_lease_lapsed_is_lost() -> anyhow::Result<()> {
         )
         .await?;
     assert_eq!(a.renew(&scope.digest, &op, &epoch).await?, Continuity::Lost);
+    // The same operation takes a lapsed Lease anew: a new epoch, so what
+    // ran under the old one is not read as held throughout.
+    let anew = held(
+        "acquisition of the lapsed Lease",
+        a.acquire(&scope.digest, &op, DURATION).await?,
+    )?;
+    assert_ne!(anew, epoch);
+    assert_eq!(a.renew(&scope.digest, &op, &anew).await?, Continuity::Held);
     Ok(())
 }
 

@@ -2,8 +2,11 @@
 //! from the coordination digest, in one coordination namespace, that Plan,
 //! Apply and the proof after an Apply hold while they run.
 //!
-//! * Every acquisition rotates an epoch (`v1-` + 32 random hex) kept in the
-//!   Lease's [`ANNOTATION_LEASE_EPOCH`]; the claim records it before dispatch.
+//! * Every acquisition for another operation, or of a lapsed Lease, rotates
+//!   an epoch (`v1-` + 32 random hex) kept in the Lease's
+//!   [`ANNOTATION_LEASE_EPOCH`]; the claim records it before dispatch. An
+//!   acquisition for the operation that holds it keeps the epoch, so two
+//!   managers serving one stored claim record the same one.
 //!   A claim whose epoch is no longer the Lease's has lost the lock interval:
 //!   [`Leases::renew`] says [`Continuity::Lost`], the seed's
 //!   `leaseContinuityLost`, set before any result is harvested.
@@ -219,6 +222,19 @@ fn holder_of(lease: &Lease) -> Option<&str> {
         .filter(|h| !h.is_empty())
 }
 
+/// Late by our own wall clock (or without the times to tell): another
+/// manager may already have taken it over and let it go again, so the
+/// interval is nobody's.
+fn lapsed(spec: Option<&LeaseSpec>) -> bool {
+    match spec.map(|s| (&s.renew_time, s.lease_duration_seconds)) {
+        Some((Some(renewed), Some(secs))) => renewed
+            .0
+            .checked_add(SignedDuration::from_secs(i64::from(secs)))
+            .map_or(true, |deadline| Timestamp::now() > deadline),
+        _ => true,
+    }
+}
+
 fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
@@ -387,17 +403,18 @@ impl Leases {
         lease
     }
 
-    /// Takes the Lease for the claim, rotating a fresh epoch (`v1-` + 32
-    /// random hex, in [`ANNOTATION_LEASE_EPOCH`], beside the operation id in
-    /// [`ANNOTATION_LEASE_OPERATION`]) on every acquisition.
+    /// Takes the Lease for the claim under an epoch (`v1-` + 32 random hex,
+    /// in [`ANNOTATION_LEASE_EPOCH`], beside the operation id in
+    /// [`ANNOTATION_LEASE_OPERATION`]).
     ///
     /// A free Lease (absent, or released: no holder) is taken at once; one
-    /// held by this holder for this same operation id is taken again with a
-    /// NEW epoch (so a claim that lost track sees `leaseContinuityLost`); a
-    /// foreign one (another operation or holder) is taken over only after this
-    /// process observed it unchanged for its full `leaseDurationSeconds` on
-    /// its monotonic clock, otherwise `Busy` with the time left. A lost write
-    /// race is `Busy` with a short retry.
+    /// held for this same operation id, by any manager, is renewed and keeps
+    /// its epoch (the claim is stored before its Lease is taken, so the epoch
+    /// can only be this claim's), unless it lapsed: then it is taken anew
+    /// under a new epoch. One held for another operation is taken over only
+    /// after this process observed it unchanged for its full
+    /// `leaseDurationSeconds` on its monotonic clock, otherwise `Busy` with
+    /// the time left. A lost write race is `Busy` with a short retry.
     pub async fn acquire(
         &self,
         coordination_digest: &str,
@@ -423,9 +440,34 @@ impl Leases {
         };
         let holder = current.as_ref().and_then(holder_of).map(str::to_owned);
         if let (Some(lease), Some(holder)) = (&current, &holder) {
-            let ours = *holder == self.holder
-                && annotation(lease, ANNOTATION_LEASE_OPERATION) == Some(operation_id);
-            if !ours {
+            // Held for this very operation, by whichever manager, and not
+            // lapsed: the epoch is this claim's and is kept. Another manager
+            // serving the same stored claim (a replica, or one racing it)
+            // records the same epoch, and nothing dispatched under it loses
+            // its interval.
+            let same_operation =
+                annotation(lease, ANNOTATION_LEASE_OPERATION) == Some(operation_id);
+            if same_operation
+                && !lapsed(lease.spec.as_ref())
+                && let Some(epoch) = annotation(lease, ANNOTATION_LEASE_EPOCH)
+            {
+                let epoch = epoch.to_owned();
+                let duration = lease.spec.as_ref().and_then(|s| s.lease_duration_seconds);
+                return Ok(
+                    match self
+                        .renew_once(coordination_digest, operation_id, &epoch, true)
+                        .await?
+                    {
+                        Continuity::Held => Acquired::Held {
+                            epoch,
+                            duration_seconds: duration.unwrap_or(duration_seconds),
+                        },
+                        // Taken or released between the read and the renewal.
+                        Continuity::Lost => raced(Some(holder)),
+                    },
+                );
+            }
+            if !same_operation {
                 // The duration the holder wrote is the one it promised to
                 // renew within.
                 let duration = lease
@@ -477,8 +519,8 @@ impl Leases {
     }
 
     /// Renews the Lease held for the claim if it still carries `epoch` and
-    /// this holder and operation: `Held`. Anything else (another epoch,
-    /// another holder, absent, or a renewal that comes after `renewTime` +
+    /// the operation: `Held`. Anything else (another epoch or operation,
+    /// released, absent, or a renewal that comes after `renewTime` +
     /// duration on the wall clock) is `Lost`: the seed's
     /// `leaseContinuityLost`, to be set before any result is harvested.
     pub async fn renew(
@@ -497,7 +539,7 @@ impl Leases {
     }
 
     /// Before a result is harvested: the Lease, read now, must still carry
-    /// `epoch`, this holder and the operation, and must not have lapsed
+    /// `epoch` and the operation, and must not have lapsed
     /// (`Lost` otherwise, as [`Leases::renew`]). It is renewed as well
     /// unless this process wrote it within a third of its duration: an
     /// operation that ends soon after its acquisition writes nothing more.
@@ -534,26 +576,19 @@ impl Leases {
             else {
                 return Ok(Continuity::Lost);
             };
-            let carries = holder_of(&lease) == Some(self.holder.as_str())
+            // The epoch is unique to one acquisition, whoever holds it now
+            // (another manager serving the same claim keeps it).
+            let carries = holder_of(&lease).is_some()
                 && annotation(&lease, ANNOTATION_LEASE_OPERATION) == Some(operation_id)
                 && annotation(&lease, ANNOTATION_LEASE_EPOCH) == Some(epoch);
             if !carries {
                 return Ok(Continuity::Lost);
             }
-            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-            // Late by our own wall clock: another manager may already have
-            // taken it over and let it go again, so the interval is not ours.
-            let now = Timestamp::now();
-            let lapsed = match (&spec.renew_time, spec.lease_duration_seconds) {
-                (Some(renewed), Some(secs)) => renewed
-                    .0
-                    .checked_add(SignedDuration::from_secs(i64::from(secs)))
-                    .map_or(true, |deadline| now > deadline),
-                _ => true,
-            };
-            if lapsed {
+            if lapsed(lease.spec.as_ref()) {
                 return Ok(Continuity::Lost);
             }
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+            let now = Timestamp::now();
             if !write {
                 return Ok(Continuity::Held);
             }

@@ -768,17 +768,16 @@ macro_rules! shared_words {
         impl $fx {
             /// Whether the controller may perform this effect only once the
             /// status that asks it is stored. A snapshot (named by its
-            /// content), a Lease acquisition (a Lease no claim records is
-            /// taken over after its duration), an Event and a requeue need
-            /// nothing stored: the status that follows them carries what
-            /// they did. Everything else follows its status.
+            /// content), an Event and a requeue need nothing stored: the
+            /// status that follows them carries what they did. A Lease is
+            /// taken only for a claim already stored: a manager whose claim
+            /// lost the write race to another's takes none, and so leaves no
+            /// Lease that no claim names (held for its whole duration).
+            /// Everything else follows its status.
             pub fn needs_stored_status(&self) -> bool {
                 !matches!(
                     self,
-                    $fx::TakeSnapshot
-                        | $fx::AcquireLease { .. }
-                        | $fx::Event { .. }
-                        | $fx::RequeueAt(_)
+                    $fx::TakeSnapshot | $fx::Event { .. } | $fx::RequeueAt(_)
                 )
             }
 

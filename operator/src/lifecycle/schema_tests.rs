@@ -306,6 +306,10 @@ fn observing_drift_read_goes_planning() {
         matches!(fx[..], [Effect::AcquireLease { .. }, ..]),
         "Plan takes the Lease first"
     );
+    assert!(
+        fx[0].needs_stored_status(),
+        "only once its claim is stored: a claim that lost the write race takes no Lease"
+    );
     assert!(!started(&fx, OperationType::Plan));
     assert!(conditions::is_true(&st(&s).conditions, C::DriftDetected));
     let fx = run(&mut s, lease(1), 3);
