@@ -35,12 +35,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use kube::ResourceExt;
+use kube::api::ListParams;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
-use conformance::harness::Harness;
+use conformance::harness::{Harness, Parts};
 use conformance::testkit::admission::Webhooks;
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
@@ -50,7 +51,7 @@ use conformance::testkit::operator::{approve_migration, approve_schema, create_a
 use k8s_openapi::api::batch::v1::Job;
 use operator::admission::webhook_configurations;
 use operator::api::approval::PtahMigrationRunAcknowledgment;
-use operator::api::condition::{MigrationPhase, SchemaPhase};
+use operator::api::condition::{MigrationConditionType, MigrationPhase, Reason, SchemaPhase};
 use operator::api::journal::{JournalEntry, JournalEntryType};
 use operator::api::{PtahMigration, PtahSchema};
 
@@ -152,6 +153,37 @@ fn ledger_files() -> Value {
     })
 }
 
+/// A repository of the iteration's own on `ns`'s harness, holding `files`
+/// under `path` on `main`, as a source reading that branch.
+fn git_source(ns: &TestNamespace, files: &Value, path: &str) -> anyhow::Result<Value> {
+    let ep = conformance::testkit::git::endpoints(ns.harness());
+    let repo = format!("{}.git", ns.name());
+    let bare = conformance::gitserve::create_repo(&ep.root, &repo, false)?;
+    let in_repo: Vec<(String, String)> = files
+        .as_object()
+        .context("files by name")?
+        .iter()
+        .map(|(k, v)| {
+            let at = if path.ends_with(".sql") {
+                path.to_string()
+            } else {
+                format!("{path}/{k}")
+            };
+            (at, v.as_str().unwrap_or_default().to_string())
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = in_repo
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    conformance::gitserve::commit_files(&bare, "main", &refs, "the declared files")?;
+    Ok(json!({"git": {
+        "url": format!("{}/{repo}", ep.daemon_url),
+        "ref": {"branch": "main"},
+        "path": path,
+    }}))
+}
+
 /// What one iteration saw and did.
 #[derive(Default, Debug)]
 struct Record {
@@ -162,8 +194,23 @@ struct Record {
     approvals: BTreeSet<String>,
     /// Runs the suite acknowledged after reading the ledger.
     acknowledged: usize,
+    /// Dirty revision rows the suite repaired by hand, with what the
+    /// ledger held before.
+    repairs: Vec<String>,
     /// Managers started.
     managers: usize,
+    /// How each Apply ended, from the journal (`ApplyFinished Succeeded`).
+    ends: Vec<String>,
+}
+
+/// Where an iteration's resource reads its files from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum From {
+    /// A ConfigMap: the manager snapshots it, no Job reads a server.
+    ConfigMap,
+    /// A branch of a repository on the harness's git daemon: a Resolve Job
+    /// fetches it, and every later Job fetches the commit again.
+    Git,
 }
 
 /// How an iteration hurts the manager.
@@ -176,6 +223,26 @@ enum Fault {
     /// A second manager beside the first; `true` when it is another
     /// installation (its own realm holder).
     TwoManagers { installations: bool },
+    /// Something the operation `during` needs (`apply`, `resolve`) is
+    /// taken away `after` ms from the moment its claim is seen, for `down`
+    /// ms, and brought back.
+    Outage {
+        what: Outage,
+        during: &'static str,
+        after: u64,
+        down: u64,
+    },
+}
+
+/// What an outage takes away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outage {
+    /// A service of a harness of the test's own, named as the harness
+    /// names it: kube-apiserver, etcd, the database server, the git daemon.
+    Service(&'static str),
+    /// The result receiver: the manager that serves it is killed and
+    /// started again only after the outage.
+    Receiver,
 }
 
 /// One resource's walk under a fault, on a namespace and a database of its
@@ -189,14 +256,31 @@ struct Iteration {
 }
 
 impl Iteration {
-    async fn start(kind: Kind, engine: Engine, test: &str) -> anyhow::Result<Iteration> {
-        let ns = TestNamespace::for_operator(harness().await, "faults", test).await?;
+    async fn start(
+        kind: Kind,
+        engine: Engine,
+        test: &str,
+        harness: &'static Harness,
+        from: From,
+    ) -> anyhow::Result<Iteration> {
+        let ns = TestNamespace::for_operator(harness, "faults", test).await?;
         let db = TestDatabase::create(ns.harness(), engine, ns.name())?;
         let policy = json!({"apply": "OnApproval"});
-        match kind {
-            Kind::Schema => executor::schema_under(&ns, &db, "orders", policy).await?,
-            Kind::Migration => {
+        match (kind, from) {
+            (Kind::Schema, From::ConfigMap) => {
+                executor::schema_under(&ns, &db, "orders", policy).await?
+            }
+            (Kind::Migration, From::ConfigMap) => {
                 executor::migration_under(&ns, &db, "orders", policy, ledger_files()).await?
+            }
+            (Kind::Schema, From::Git) => {
+                let files = json!({"schema.sql": executor::SCHEMA_SQL});
+                let source = git_source(&ns, &files, "schema.sql")?;
+                executor::schema_from(&ns, &db, "orders", source, policy).await?
+            }
+            (Kind::Migration, From::Git) => {
+                let source = git_source(&ns, &ledger_files(), "migrations")?;
+                executor::migration_from(&ns, &db, "orders", source, policy).await?
             }
         }
         Ok(Iteration {
@@ -234,6 +318,7 @@ impl Iteration {
                         .iter()
                         .any(|e| e.type_ == JournalEntryType::ApplyFinished),
                     held: None,
+                    dirty: false,
                     plan_uid: st.plan.as_ref().map(|p| p.uid.clone()),
                     journal: st.journal.clone(),
                     done: st.phase == Some(SchemaPhase::InSync)
@@ -251,6 +336,11 @@ impl Iteration {
                     operation: claimed(st.active_operation.as_ref()),
                     applied: st.last_run.is_some() || st.unresolved_run.is_some(),
                     held: st.unresolved_run.as_ref().map(|r| r.operation_id.clone()),
+                    dirty: st.phase == Some(MigrationPhase::Blocked)
+                        && st.conditions.iter().any(|c| {
+                            c.type_ == MigrationConditionType::Stalled
+                                && c.reason == Reason::HistoryDirty
+                        }),
                     plan_uid: st.plan.as_ref().map(|p| p.uid.clone()),
                     journal: st.journal.clone(),
                     done: st.phase == Some(MigrationPhase::InSync)
@@ -291,6 +381,9 @@ impl Iteration {
             }
             self.record.approvals.insert(name);
         }
+        if look.dirty && look.held.is_none() {
+            self.repair().await?;
+        }
         if let Some(operation) = &look.held
             && look.phase == "Blocked"
         {
@@ -319,6 +412,124 @@ impl Iteration {
             .await?;
             self.record.acknowledged += 1;
         }
+        Ok(())
+    }
+
+    /// Where the newest Job of `operation` was when an outage began.
+    async fn job_state(&self, operation: &str) -> anyhow::Result<String> {
+        let jobs = self
+            .ns
+            .api::<Job>()
+            .list(
+                &ListParams::default().labels(&format!("operator.ptah.run/operation={operation}")),
+            )
+            .await?;
+        let ended = |j: &Job| {
+            j.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+            })
+        };
+        let newest = jobs
+            .items
+            .iter()
+            .max_by_key(|j| j.metadata.creation_timestamp.clone());
+        Ok(match newest {
+            None => format!("before the {operation} Job was made"),
+            Some(j) if ended(j) => format!("after the {operation} Job ended"),
+            Some(_) => format!("while the {operation} Job ran"),
+        })
+    }
+
+    /// The phase and the reasons and messages of the resource's conditions
+    /// that are not True: what it says it waits on.
+    async fn waits_on(&self) -> anyhow::Result<String> {
+        let (phase, conditions) = match self.kind {
+            Kind::Schema => {
+                let st = self
+                    .ns
+                    .api::<PtahSchema>()
+                    .get("orders")
+                    .await?
+                    .status
+                    .unwrap_or_default();
+                (
+                    format!("{:?}", st.phase),
+                    serde_json::to_value(&st.conditions)?,
+                )
+            }
+            Kind::Migration => {
+                let st = self
+                    .ns
+                    .api::<PtahMigration>()
+                    .get("orders")
+                    .await?
+                    .status
+                    .unwrap_or_default();
+                (
+                    format!("{:?}", st.phase),
+                    serde_json::to_value(&st.conditions)?,
+                )
+            }
+        };
+        let field = |c: &Value, f: &str| c[f].as_str().unwrap_or_default().to_string();
+        let said: Vec<String> = conditions
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| matches!(c["type"].as_str(), Some("Ready" | "Progressing")))
+            .map(|c| {
+                format!(
+                    "{}={} {}: {}",
+                    field(c, "type"),
+                    field(c, "status"),
+                    field(c, "reason"),
+                    field(c, "message")
+                )
+            })
+            .collect();
+        Ok(format!("phase {phase}; {}", said.join("; ")))
+    }
+
+    /// What a person does about a dirty revision row (`HistoryDirty`): undo
+    /// what the interrupted version left (its down half, tolerant of what
+    /// never ran), remove its row and those above it, and ask for a read.
+    /// The suite never marks a version applied that it cannot see whole.
+    async fn repair(&mut self) -> anyhow::Result<()> {
+        let rows = self.db.sql(
+            "SELECT version FROM schema_migrations WHERE state <> 'applied' ORDER BY version",
+        )?;
+        let Some(dirty) = rows.lines().next().map(str::trim).filter(|l| !l.is_empty()) else {
+            return Ok(());
+        };
+        let version: i64 = dirty.parse().context("a dirty version")?;
+        let before = self.ledger()?;
+        match version {
+            1 => self.db.sql("DROP TABLE IF EXISTS ledger")?,
+            _ if self.db.tables()?.iter().any(|t| t == "ledger") => self
+                .db
+                .sql(&format!("DELETE FROM ledger WHERE version >= {version}"))?,
+            _ => String::new(),
+        };
+        self.db.sql(&format!(
+            "DELETE FROM schema_migrations WHERE version >= {version}"
+        ))?;
+        self.record
+            .repairs
+            .push(format!("version {version} dirty, ledger {before:?}"));
+        let at = k8s_openapi::jiff::Timestamp::now().to_string();
+        self.ns
+            .api::<PtahMigration>()
+            .patch(
+                "orders",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                    operator::api::annotations::READ_REQUESTED_AT: at,
+                }}})),
+            )
+            .await?;
         Ok(())
     }
 
@@ -383,39 +594,27 @@ impl Iteration {
                 );
             }
         }
-        // No claim with two Jobs, no plan with two Apply Jobs.
+        // No claim with two Jobs.
         let jobs = self.ns.api::<Job>().list(&Default::default()).await?;
         let mut by_operation: BTreeMap<String, usize> = BTreeMap::new();
-        let mut by_plan: BTreeMap<String, usize> = BTreeMap::new();
         for j in &jobs.items {
-            let labels = j.labels();
-            if labels
+            if j.labels()
                 .get("operator.ptah.run/operation")
                 .map(String::as_str)
                 != Some("apply")
             {
                 continue;
             }
-            let ann = j.annotations();
-            let op = ann
+            let op = j
+                .annotations()
                 .get("operator.ptah.run/operation-id")
                 .cloned()
                 .unwrap_or_default();
             *by_operation.entry(op).or_insert(0) += 1;
-            let plan = ann
-                .get("operator.ptah.run/plan-fingerprint")
-                .cloned()
-                .unwrap_or_default();
-            *by_plan.entry(plan).or_insert(0) += 1;
         }
         anyhow::ensure!(
             by_operation.values().all(|n| *n == 1),
             "an Apply claim with more than one Job (a replay): {by_operation:?}"
-        );
-        // A plan runs again only after a held run of it was acknowledged.
-        anyhow::ensure!(
-            by_plan.values().all(|n| *n <= 1 + self.record.acknowledged),
-            "a plan with more than one Apply Job (a replay): {by_plan:?}"
         );
         // The journal: each Apply's end once, each consuming an approval of ours.
         let ended = match self.kind {
@@ -441,6 +640,16 @@ impl Iteration {
             .iter()
             .filter(|e| e.type_ == JournalEntryType::ApprovalAccepted)
             .collect();
+        // Under OnApproval every Apply spends an approval of its own: a plan
+        // runs again (a held run acknowledged, a change the proof found
+        // still to make) only on a new one.
+        anyhow::ensure!(
+            by_operation.len() <= accepted.len(),
+            "{} Apply Jobs on {} approvals (a replay): {:?}",
+            by_operation.len(),
+            accepted.len(),
+            look.journal
+        );
         for a in &accepted {
             let name = a.approval_name.clone().unwrap_or_default();
             anyhow::ensure!(
@@ -494,6 +703,8 @@ struct Look {
     operation: Option<String>,
     applied: bool,
     held: Option<String>,
+    /// Blocked on a dirty revision row (a run stopped inside a version).
+    dirty: bool,
     plan_uid: Option<String>,
     journal: Vec<JournalEntry>,
     done: bool,
@@ -564,7 +775,19 @@ fn restart_if_stopped(
 
 /// Runs one iteration under `fault` to its end, and judges it.
 async fn run(kind: Kind, engine: Engine, test: &str, fault: Fault) -> anyhow::Result<Record> {
-    let mut it = Iteration::start(kind, engine, test).await?;
+    run_on(harness().await, From::ConfigMap, kind, engine, test, fault).await
+}
+
+/// [`run`] on `harness`.
+async fn run_on(
+    harness: &'static Harness,
+    from: From,
+    kind: Kind,
+    engine: Engine,
+    test: &str,
+    fault: Fault,
+) -> anyhow::Result<Record> {
+    let mut it = Iteration::start(kind, engine, test, harness, from).await?;
     // The stages still to hurt, and how.
     let mut points: Vec<(Stage, &'static str)> = match &fault {
         Fault::Points(p) => p.clone(),
@@ -589,6 +812,16 @@ async fn run(kind: Kind, engine: Engine, test: &str, fault: Fault) -> anyhow::Re
         }
         _ => None,
     };
+    let mut outage = match fault {
+        Fault::Outage {
+            what,
+            during,
+            after,
+            down,
+        } => Some((what, during, after, down)),
+        _ => None,
+    };
+    let mut outage_at: Option<Instant> = None;
     let mut kill_at: Option<Instant> = None;
     let start = Instant::now();
     let look = loop {
@@ -632,6 +865,43 @@ async fn run(kind: Kind, engine: Engine, test: &str, fault: Fault) -> anyhow::Re
                 manager = it.manager(ManagerSpec::default())?;
             }
         }
+        // The outage begins a moment after the operation's claim is seen,
+        // while its Job is made, runs or reports, and ends after its length.
+        if let Some((what, during, after, down)) = outage
+            && look.operation.as_deref() == Some(during)
+        {
+            let at =
+                *outage_at.get_or_insert_with(|| Instant::now() + Duration::from_millis(after));
+            if Instant::now() >= at {
+                let when = it.job_state(during).await?;
+                let label = format!("{what:?} down for {down} ms");
+                it.record
+                    .hits
+                    .entry(label.clone())
+                    .or_default()
+                    .insert(when);
+                match what {
+                    Outage::Service(name) => {
+                        conformance::service::stop(&harness.state, name, Duration::from_secs(10))?;
+                        tokio::time::sleep(Duration::from_millis(down)).await;
+                        // What the resource says it waits on, as the
+                        // outage ends (with the API there to ask).
+                        if !matches!(name, "kube-apiserver" | "etcd") {
+                            let said = it.waits_on().await?;
+                            it.record.hits.entry(label).or_default().insert(said);
+                        }
+                        harness.up().await.with_context(|| format!("{name} back"))?;
+                    }
+                    Outage::Receiver => {
+                        manager.kill();
+                        tokio::time::sleep(Duration::from_millis(down)).await;
+                        manager = it.manager(ManagerSpec::default())?;
+                    }
+                }
+                outage = None;
+                continue;
+            }
+        }
         if look.done {
             break look;
         }
@@ -645,6 +915,14 @@ async fn run(kind: Kind, engine: Engine, test: &str, fault: Fault) -> anyhow::Re
         it.act(&look).await?;
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    // An outage whose operation went by between two looks is reported.
+    if let Some((what, during, _, down)) = outage {
+        it.record
+            .hits
+            .entry(format!("{what:?} down for {down} ms"))
+            .or_default()
+            .insert(format!("missed: the {during} went by between two looks"));
+    }
     // A stop the walk never came to (its write did not happen, or came
     // fused with another) is reported, not hidden.
     for (stage, point) in points {
@@ -660,6 +938,17 @@ async fn run(kind: Kind, engine: Engine, test: &str, fault: Fault) -> anyhow::Re
             manager.log()
         )
     })?;
+    it.record.ends = look
+        .journal
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.type_,
+                JournalEntryType::ApplyFinished | JournalEntryType::RunFinished
+            )
+        })
+        .map(|e| format!("{:?} {:?}", e.type_, e.outcome))
+        .collect();
     drop(second.take());
     drop(manager);
     it.finish().await
@@ -677,8 +966,17 @@ fn report(test: &str, records: &[Record]) {
     }
     let managers: usize = records.iter().map(|r| r.managers).sum();
     let acks: usize = records.iter().map(|r| r.acknowledged).sum();
+    let approvals: usize = records.iter().map(|r| r.approvals.len()).sum();
+    for repair in records.iter().flat_map(|r| &r.repairs) {
+        eprintln!("{test}:   repaired by hand: {repair}");
+    }
+    let mut ends: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in records.iter().flat_map(|r| &r.ends) {
+        *ends.entry(e).or_default() += 1;
+    }
     eprintln!(
-        "{test}: {} iterations, {managers} managers started, {acks} held runs acknowledged",
+        "{test}: {} iterations, {managers} managers started, {approvals} approvals given, \
+         {acks} held runs acknowledged, Apply ends {ends:?}",
         records.len()
     );
     for (stage, points) in hits {
@@ -816,6 +1114,178 @@ mod two_managers_on_the_same_resources {
         two_managers(Engine::MariaDb, "mig-two-maria", Kind::Migration).await
     }
 }
+
+/// A harness of one test's own, brought down when it ends: stopping its
+/// API server, etcd or database server must not reach the shared
+/// harness's other tests. The control plane and the databases only.
+struct OwnHarness {
+    harness: &'static Harness,
+}
+
+impl OwnHarness {
+    async fn up(test: &str) -> anyhow::Result<OwnHarness> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("ptah-faults-{test}-"))
+            .tempdir()?
+            .keep();
+        // The databases run as their own system users, who must reach it.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+        let kubelet = std::path::PathBuf::from(env!("CARGO_BIN_EXE_process-kubelet"));
+        let harness: &'static Harness = Box::leak(Box::new(Harness {
+            state: dir,
+            target_dir: kubelet.parent().map(Into::into).unwrap_or_default(),
+            kubelet_exe: kubelet,
+            parts: Parts {
+                control_plane: true,
+                databases: true,
+                registry: false,
+                git: true,
+                flux: false,
+                jaeger: false,
+            },
+        }));
+        if let Err(e) = harness.up().await {
+            // Its state stays for a look: the databases' logs say why.
+            let _ = harness.down();
+            return Err(e.context(format!(
+                "the test's own harness (state kept in {})",
+                harness.state.display()
+            )));
+        }
+        let own = OwnHarness { harness };
+        Ok(own)
+    }
+}
+
+impl Drop for OwnHarness {
+    fn drop(&mut self) {
+        if let Err(e) = self.harness.down() {
+            eprintln!("bringing the test's own harness down: {e:#}");
+        }
+        let _ = std::fs::remove_dir_all(&self.harness.state);
+    }
+}
+
+/// What an outage of `service` stops on `engine`: the harness's own names.
+fn service_of(engine: Engine, service: &'static str) -> &'static str {
+    match (service, engine) {
+        ("database", Engine::Postgres) => "postgres",
+        ("database", Engine::MariaDb) => "mariadb",
+        (other, _) => other,
+    }
+}
+
+/// `service` stopped at a random moment of an Apply (0–1.5 s after its
+/// claim is seen: before its Job, while it runs, or as it reports) for
+/// 2–8 s, then started again; a schema and a migration, on a harness of
+/// the test's own.
+async fn service_outage(engine: Engine, test: &str, service: &'static str) -> anyhow::Result<()> {
+    let mut rng = StdRng::seed_from_u64(seed(test));
+    let own = OwnHarness::up(test).await?;
+    let what = Outage::Service(service_of(engine, service));
+    let mut records = vec![];
+    for i in 0..iterations(1) {
+        for kind in [Kind::Schema, Kind::Migration] {
+            let fault = Fault::Outage {
+                what,
+                during: "apply",
+                after: rng.random_range(0..1500),
+                down: rng.random_range(2000..8000),
+            };
+            let name = format!(
+                "{test}-{i}-{}",
+                if kind == Kind::Schema { "s" } else { "m" }
+            );
+            records.push(run_on(own.harness, From::ConfigMap, kind, engine, &name, fault).await?);
+        }
+    }
+    report(test, &records);
+    Ok(())
+}
+
+/// The git daemon stopped while the Resolve Job fetches the branch, for
+/// 8–14 s (longer than the retry interval of 5 s), then started again: the
+/// read fails, is retried, and the resource goes on by itself.
+async fn git_outage(engine: Engine, test: &str, kind: Kind) -> anyhow::Result<()> {
+    let mut rng = StdRng::seed_from_u64(seed(test));
+    let own = OwnHarness::up(test).await?;
+    let mut records = vec![];
+    for i in 0..iterations(1) {
+        let fault = Fault::Outage {
+            what: Outage::Service("git-daemon"),
+            during: "resolve",
+            after: rng.random_range(0..1000),
+            down: rng.random_range(8000..14000),
+        };
+        let name = format!("{test}-{i}");
+        records.push(run_on(own.harness, From::Git, kind, engine, &name, fault).await?);
+    }
+    report(test, &records);
+    Ok(())
+}
+
+/// The result receiver away while an Apply's Job ends: the manager is
+/// killed a moment after the claim is seen and started again only 3–10 s
+/// later, so the runner's report finds nobody and is retried.
+async fn receiver_outage(engine: Engine, test: &str, kind: Kind) -> anyhow::Result<()> {
+    let mut rng = StdRng::seed_from_u64(seed(test));
+    let mut records = vec![];
+    for i in 0..iterations(1) {
+        let fault = Fault::Outage {
+            what: Outage::Receiver,
+            during: "apply",
+            after: rng.random_range(0..1500),
+            down: rng.random_range(3000..10000),
+        };
+        records.push(run(kind, engine, &format!("{test}-{i}"), fault).await?);
+    }
+    report(test, &records);
+    Ok(())
+}
+
+conformance::on_both_engines!(
+    the_api_server_restarted_during_an_apply,
+    "apiserver",
+    service_outage,
+    "kube-apiserver"
+);
+conformance::on_both_engines!(
+    etcd_restarted_during_an_apply,
+    "etcd",
+    service_outage,
+    "etcd"
+);
+conformance::on_both_engines!(
+    the_database_stopped_during_an_apply,
+    "db-down",
+    service_outage,
+    "database"
+);
+conformance::on_both_engines!(
+    a_schema_whose_git_server_is_away_while_it_resolves_recovers,
+    "schema-git",
+    git_outage,
+    Kind::Schema
+);
+conformance::on_both_engines!(
+    a_migration_whose_git_server_is_away_while_it_resolves_recovers,
+    "mig-git",
+    git_outage,
+    Kind::Migration
+);
+conformance::on_both_engines!(
+    a_schema_whose_result_receiver_is_away_applies_once,
+    "schema-recv",
+    receiver_outage,
+    Kind::Schema
+);
+conformance::on_both_engines!(
+    a_migration_whose_result_receiver_is_away_runs_each_version_once,
+    "mig-recv",
+    receiver_outage,
+    Kind::Migration
+);
 
 #[test]
 fn the_log_tells_after_which_write_a_manager_died() {
