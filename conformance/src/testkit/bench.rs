@@ -1,6 +1,8 @@
-//! What the end-to-end benchmarks share: the harness's empty-Job floor,
-//! the runner's timing lines of a namespace's Pods, and one measured
-//! stretch split into Ptah's time and the operator's own.
+//! What the end-to-end benchmarks share: the harness's empty-Job floor
+//! (one Job's latency, and many Jobs' throughput), the runner's timing
+//! lines of a namespace's Pods, one measured stretch split into Ptah's time
+//! and the operator's own, and a manager process's memory, CPU time and
+//! reconcile-queue wait.
 
 use std::time::Duration;
 
@@ -182,3 +184,129 @@ pub fn runs(default: usize) -> usize {
 
 /// Polls every 20 ms, for four minutes at most.
 pub const FAST: Patience = Patience::new(Duration::from_secs(240), Duration::from_millis(20));
+
+/// A number (or any parsed value) from the environment, or `default`.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A process's memory, in KiB, from `/proc/<pid>/status`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Memory {
+    /// `VmRSS`: resident now.
+    pub rss: u64,
+    /// `VmHWM`: the most it was resident.
+    pub hwm: u64,
+    /// `RssAnon`: the heap, without the mapped binary.
+    pub anon: u64,
+}
+
+/// The memory of process `pid`.
+pub fn memory_kib(pid: u32) -> anyhow::Result<Memory> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok(Memory {
+        rss: field("VmRSS:"),
+        hwm: field("VmHWM:"),
+        anon: field("RssAnon:"),
+    })
+}
+
+/// The CPU time process `pid` has used, user and system (`utime` +
+/// `stime` of `/proc/<pid>/stat`), in seconds.
+pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name in parentheses may hold spaces: count after it.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("the stat line")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of the line; `rest` starts at field 3 (the state).
+    let ticks = |i: usize| -> anyhow::Result<u64> {
+        Ok(fields.get(i - 3).context("a stat field")?.parse()?)
+    };
+    // The kernel reports them in USER_HZ, 100 a second on Linux.
+    Ok((ticks(14)? + ticks(15)?) as f64 / 100.0)
+}
+
+/// How late each due pass started (the reconcile queue's wait), in ms,
+/// sorted: the manager's `due pass ... late_ms=` lines in `log`.
+pub fn late_ms(log: &str) -> Vec<u64> {
+    let mut late: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("due pass"))
+        .filter_map(|l| {
+            l.split("late_ms=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    late.sort_unstable();
+    late
+}
+
+/// The `q` quantile (0 < q ≤ 1) of `sorted`: the smallest value at least
+/// that share of them do not exceed; `None` when there are none.
+pub fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
+    sorted
+        .get(((sorted.len() as f64 * q).ceil() as usize).saturating_sub(1))
+        .copied()
+}
+
+/// The harness's empty-Job throughput: `k` empty Jobs (one container
+/// running `/bin/true`, named `burst-<i>`) created at once, from the first
+/// create until every one is `Complete`, in ms. The process kubelet runs
+/// every Pod at once, so the platform's concurrency is what this measures:
+/// `ms / k` is the floor's cost of one Job among many.
+pub async fn empty_jobs_at_once(ns: &TestNamespace, k: usize) -> anyhow::Result<u64> {
+    use k8s_openapi::api::batch::v1::Job;
+    let t0 = std::time::Instant::now();
+    for i in 0..k {
+        ns.create::<Job>(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": format!("burst-{i}"), "labels": {"bench": "burst"}},
+            "spec": {"backoffLimit": 0, "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": crate::harness::BASE_IMAGE,
+                    "command": ["/bin/true"]}],
+            }}},
+        }))
+        .await?;
+    }
+    let burst = kube::api::ListParams::default().labels("bench=burst");
+    let patience = Patience::new(Duration::from_secs(600), Duration::from_millis(50));
+    patience
+        .poll("the empty Jobs complete", || {
+            let burst = burst.clone();
+            async move {
+                let jobs = ns.api::<Job>().list(&burst).await?;
+                let ended = |j: &Job, how: &str| {
+                    j.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == how && c.status == "True"))
+                };
+                anyhow::ensure!(
+                    !jobs.items.iter().any(|j| ended(j, "Failed")),
+                    "an empty Job failed"
+                );
+                let done = jobs.items.iter().filter(|j| ended(j, "Complete")).count();
+                anyhow::Ok((done == k).then_some(()))
+            }
+        })
+        .await?;
+    Ok(t0.elapsed().as_millis() as u64)
+}

@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub mod admission;
+pub mod audit;
 pub mod bench;
 pub mod chart;
 pub mod database;
