@@ -732,7 +732,12 @@ impl Harness {
 
     fn mariadb(&self, ports: &Ports) -> anyhow::Result<ServiceSpec> {
         let data = self.db_root()?.join("mariadb");
+        // Its temporary tables in a directory of its own, not the shared
+        // /tmp: harnesses initialised side by side lost each other's there.
+        let tmp = self.db_root()?.join("mariadb-tmp");
         let (uid, gid) = system_user("mysql")?;
+        fs::create_dir_all(&tmp)?;
+        chown_r(&tmp, uid, gid)?;
         if !data.join("mysql").is_dir() {
             say("initialising MariaDB");
             fs::create_dir_all(&data)?;
@@ -744,13 +749,15 @@ impl Harness {
                     "--auth-root-authentication-method=socket",
                     "--skip-test-db",
                 ])
-                .arg(format!("--datadir={}", data.display())))
+                .arg(format!("--datadir={}", data.display()))
+                .arg(format!("--tmpdir={}", tmp.display())))
             .context("mariadb-install-db")?;
         }
         Ok(ServiceSpec::new("mariadb", "/usr/sbin/mariadbd")
             .args([
                 "--no-defaults".to_string(),
                 format!("--datadir={}", data.display()),
+                format!("--tmpdir={}", tmp.display()),
                 format!("--port={}", ports.mariadb),
                 "--bind-address=127.0.0.1".to_string(),
                 format!("--socket={}", self.mariadb_socket().display()),

@@ -20,6 +20,10 @@
 //! * **Two managers without leader election** on the same resources, as two
 //!   replicas of one installation (one realm holder) or two installations
 //!   (two), chosen by the seed.
+//! * **Something a Job needs taken away**, on a harness of the test's own:
+//!   kube-apiserver, etcd or the database server stopped during an Apply;
+//!   the git daemon or the registry stopped while a Resolve Job reads the
+//!   source; the result receiver away while the runner reports.
 //!
 //! After every iteration: each approved change ran exactly once, counted in
 //! the database (each migration inserts its own row into `ledger`); nothing
@@ -41,6 +45,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
+use conformance::env::OwnHarness;
 use conformance::harness::{Harness, Parts};
 use conformance::testkit::admission::Webhooks;
 use conformance::testkit::database::{Engine, TestDatabase};
@@ -184,6 +189,48 @@ fn git_source(ns: &TestNamespace, files: &Value, path: &str) -> anyhow::Result<V
     }}))
 }
 
+/// An artifact of the iteration's own on `ns`'s harness's registry,
+/// holding `files` (`kind`'s artifact), signed by a new key, and the policy
+/// trusting that key in the ConfigMap `verification`: as a source reading
+/// its tag.
+async fn oci_source(ns: &TestNamespace, kind: Kind) -> anyhow::Result<Value> {
+    use conformance::testkit::oci;
+    use supplychain::oci::{MIGRATIONS_ARTIFACT_TYPE, SCHEMA_ARTIFACT_TYPE};
+    let registry = oci::Registry::from_harness(ns.harness())?;
+    let tagged = format!("{}/ptah-faults/{}:v1", registry.host, ns.name());
+    let (pushed, artifact_type) = match kind {
+        Kind::Schema => (
+            oci::push_schema_file(&tagged, "schema.sql", executor::SCHEMA_SQL.as_bytes()).await?,
+            SCHEMA_ARTIFACT_TYPE,
+        ),
+        Kind::Migration => {
+            let files = ledger_files();
+            let listed: Vec<(&str, &[u8])> = files
+                .as_object()
+                .context("files by name")?
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str().unwrap_or_default().as_bytes()))
+                .collect();
+            (
+                oci::push_migrations(&tagged, &listed).await?,
+                MIGRATIONS_ARTIFACT_TYPE,
+            )
+        }
+    };
+    let work = tempfile::tempdir()?;
+    let signer = oci::signed_by_new_key(&registry, work.path(), "signer", &pushed.pinned)?;
+    ns.create::<k8s_openapi::api::core::v1::ConfigMap>(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "verification"},
+        "data": {"policy.yaml": oci::key_policy_of(&signer.public_pem, artifact_type)},
+    }))
+    .await?;
+    Ok(json!({
+        "oci": {"ociRef": format!("oci://{tagged}"), "transport": {"plainHTTP": true}},
+        "verificationPolicyFrom": {"name": "verification", "key": "policy.yaml"},
+    }))
+}
+
 /// What one iteration saw and did.
 #[derive(Default, Debug)]
 struct Record {
@@ -211,6 +258,10 @@ enum From {
     /// A branch of a repository on the harness's git daemon: a Resolve Job
     /// fetches it, and every later Job fetches the commit again.
     Git,
+    /// A tag on the harness's registry, signed with a key the resource's
+    /// policy trusts: a Resolve Job pins and verifies it, and every later
+    /// Job pulls the digest again.
+    Oci,
 }
 
 /// How an iteration hurts the manager.
@@ -280,6 +331,14 @@ impl Iteration {
             }
             (Kind::Migration, From::Git) => {
                 let source = git_source(&ns, &ledger_files(), "migrations")?;
+                executor::migration_from(&ns, &db, "orders", source, policy).await?
+            }
+            (Kind::Schema, From::Oci) => {
+                let source = oci_source(&ns, kind).await?;
+                executor::schema_from(&ns, &db, "orders", source, policy).await?
+            }
+            (Kind::Migration, From::Oci) => {
+                let source = oci_source(&ns, kind).await?;
                 executor::migration_from(&ns, &db, "orders", source, policy).await?
             }
         }
@@ -578,11 +637,14 @@ impl Iteration {
                     "tables {:?}",
                     self.db.tables()?
                 );
-                let columns = self.db.columns("orders")?;
+                // By name: an OCI schema artifact holds Ptah's canonical
+                // `schema.hcl`, whose columns are in name order.
+                let mut columns = self.db.columns("orders")?;
+                columns.sort();
                 anyhow::ensure!(
                     columns.len() == 2
-                        && columns[0].starts_with("id ")
-                        && columns[1].starts_with("customer "),
+                        && columns[0].starts_with("customer ")
+                        && columns[1].starts_with("id "),
                     "orders is not as declared: {columns:?}"
                 );
             }
@@ -825,11 +887,14 @@ async fn run_on(
     let mut kill_at: Option<Instant> = None;
     let start = Instant::now();
     let look = loop {
-        anyhow::ensure!(
-            start.elapsed() < ITERATION,
-            "iteration {test} under {fault:?} did not end within {ITERATION:?}; the manager's log:\n{}",
-            manager.log()
-        );
+        if start.elapsed() >= ITERATION {
+            let said = it.waits_on().await.unwrap_or_else(|e| format!("{e:#}"));
+            anyhow::bail!(
+                "iteration {test} under {fault:?} did not end within {ITERATION:?}; it says {said}; \
+                 the manager's log:\n{}",
+                manager.log()
+            );
+        }
         restart_if_stopped(&mut it, &mut manager, &mut points)?;
         let look = it.look().await?;
         // A kill at a random moment of the stage whose claim is in flight;
@@ -1115,56 +1180,18 @@ mod two_managers_on_the_same_resources {
     }
 }
 
-/// A harness of one test's own, brought down when it ends: stopping its
-/// API server, etcd or database server must not reach the shared
-/// harness's other tests. The control plane and the databases only.
-struct OwnHarness {
-    harness: &'static Harness,
-}
-
-impl OwnHarness {
-    async fn up(test: &str) -> anyhow::Result<OwnHarness> {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("ptah-faults-{test}-"))
-            .tempdir()?
-            .keep();
-        // The databases run as their own system users, who must reach it.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
-        let kubelet = std::path::PathBuf::from(env!("CARGO_BIN_EXE_process-kubelet"));
-        let harness: &'static Harness = Box::leak(Box::new(Harness {
-            state: dir,
-            target_dir: kubelet.parent().map(Into::into).unwrap_or_default(),
-            kubelet_exe: kubelet,
-            parts: Parts {
-                control_plane: true,
-                databases: true,
-                registry: false,
-                git: true,
-                flux: false,
-                jaeger: false,
-            },
-        }));
-        if let Err(e) = harness.up().await {
-            // Its state stays for a look: the databases' logs say why.
-            let _ = harness.down();
-            return Err(e.context(format!(
-                "the test's own harness (state kept in {})",
-                harness.state.display()
-            )));
-        }
-        let own = OwnHarness { harness };
-        Ok(own)
-    }
-}
-
-impl Drop for OwnHarness {
-    fn drop(&mut self) {
-        if let Err(e) = self.harness.down() {
-            eprintln!("bringing the test's own harness down: {e:#}");
-        }
-        let _ = std::fs::remove_dir_all(&self.harness.state);
-    }
+/// A harness of the test's own: the control plane, the databases and git,
+/// and the registries when `registry`.
+async fn own_harness(test: &str, registry: bool) -> anyhow::Result<OwnHarness> {
+    let parts = Parts {
+        control_plane: true,
+        databases: true,
+        registry,
+        git: true,
+        flux: false,
+        jaeger: false,
+    };
+    OwnHarness::up(test, env!("CARGO_BIN_EXE_process-kubelet"), parts).await
 }
 
 /// What an outage of `service` stops on `engine`: the harness's own names.
@@ -1182,7 +1209,7 @@ fn service_of(engine: Engine, service: &'static str) -> &'static str {
 /// the test's own.
 async fn service_outage(engine: Engine, test: &str, service: &'static str) -> anyhow::Result<()> {
     let mut rng = StdRng::seed_from_u64(seed(test));
-    let own = OwnHarness::up(test).await?;
+    let own = own_harness(test, false).await?;
     let what = Outage::Service(service_of(engine, service));
     let mut records = vec![];
     for i in 0..iterations(1) {
@@ -1204,22 +1231,35 @@ async fn service_outage(engine: Engine, test: &str, service: &'static str) -> an
     Ok(())
 }
 
-/// The git daemon stopped while the Resolve Job fetches the branch, for
-/// 8–14 s (longer than the retry interval of 5 s), then started again: the
-/// read fails, is retried, and the resource goes on by itself.
-async fn git_outage(engine: Engine, test: &str, kind: Kind) -> anyhow::Result<()> {
+/// The server of `from` (the git daemon, the registry) stopped while a Job
+/// reads it, for 8–14 s (longer than the retry interval of 5 s), then
+/// started again: the read fails, is retried, and the resource goes on by
+/// itself. The registry is read by the Resolve and by the Verify, which
+/// the seed chooses between; a signature the registry could not show is a
+/// failed read, never a refusal.
+async fn source_outage(engine: Engine, test: &str, kind: Kind, from: From) -> anyhow::Result<()> {
     let mut rng = StdRng::seed_from_u64(seed(test));
-    let own = OwnHarness::up(test).await?;
+    let (service, registry) = match from {
+        From::Git => ("git-daemon", false),
+        From::Oci => ("registry", true),
+        From::ConfigMap => anyhow::bail!("a ConfigMap has no server to stop"),
+    };
+    let own = own_harness(test, registry).await?;
     let mut records = vec![];
     for i in 0..iterations(1) {
+        // A Verify Job reads the registry within a second of its claim.
+        let (during, within) = match from {
+            From::Oci if rng.random_bool(0.5) => ("verify", 150),
+            _ => ("resolve", 1000),
+        };
         let fault = Fault::Outage {
-            what: Outage::Service("git-daemon"),
-            during: "resolve",
-            after: rng.random_range(0..1000),
+            what: Outage::Service(service),
+            during,
+            after: rng.random_range(0..within),
             down: rng.random_range(8000..14000),
         };
         let name = format!("{test}-{i}");
-        records.push(run_on(own.harness, From::Git, kind, engine, &name, fault).await?);
+        records.push(run_on(own.harness, from, kind, engine, &name, fault).await?);
     }
     report(test, &records);
     Ok(())
@@ -1265,14 +1305,30 @@ conformance::on_both_engines!(
 conformance::on_both_engines!(
     a_schema_whose_git_server_is_away_while_it_resolves_recovers,
     "schema-git",
-    git_outage,
-    Kind::Schema
+    source_outage,
+    Kind::Schema,
+    From::Git
 );
 conformance::on_both_engines!(
     a_migration_whose_git_server_is_away_while_it_resolves_recovers,
     "mig-git",
-    git_outage,
-    Kind::Migration
+    source_outage,
+    Kind::Migration,
+    From::Git
+);
+conformance::on_both_engines!(
+    a_schema_whose_registry_is_away_while_it_resolves_recovers,
+    "schema-oci",
+    source_outage,
+    Kind::Schema,
+    From::Oci
+);
+conformance::on_both_engines!(
+    a_migration_whose_registry_is_away_while_it_resolves_recovers,
+    "mig-oci",
+    source_outage,
+    Kind::Migration,
+    From::Oci
 );
 conformance::on_both_engines!(
     a_schema_whose_result_receiver_is_away_applies_once,

@@ -24,7 +24,8 @@ use supplychain::oci::{
     OciError, OciReference, OciSource, SCHEMA_ARTIFACT_TYPE, Transport,
 };
 use supplychain::verification::{
-    API_VERSION, CompiledPolicy, KIND, Refusal, SignatureFormat, Signer, VerifiedEvidence, verify,
+    API_VERSION, CompiledPolicy, KIND, Refusal, SignatureFormat, Signer, VerifiedEvidence,
+    VerifyFailure, verify,
 };
 
 const ISSUER: &str = "https://token.ci.example";
@@ -140,7 +141,8 @@ async fn verified(source: &OciSource, digest: &str, policy: &CompiledPolicy) -> 
 async fn refused(source: &OciSource, digest: &str, policy: &CompiledPolicy) -> Refusal {
     match verify(source, digest, ArtifactKind::Schema, policy).await {
         Ok(evidence) => panic!("accepted: {evidence:?}"),
-        Err(refusal) => refusal,
+        Err(VerifyFailure::Refused(refusal)) => refusal,
+        Err(unavailable) => panic!("not refused: {unavailable}"),
     }
 }
 
@@ -299,9 +301,11 @@ async fn a_wrong_artifact_type_is_refused() {
     let open =
         CompiledPolicy::parse(format!("apiVersion: {API_VERSION}\nkind: {KIND}\n").as_bytes())
             .unwrap();
-    let refusal = verify(&src, &digest, ArtifactKind::Migrations, &open)
-        .await
-        .unwrap_err();
+    let Err(VerifyFailure::Refused(refusal)) =
+        verify(&src, &digest, ArtifactKind::Migrations, &open).await
+    else {
+        panic!("a migrations artifact read as a schema is refused");
+    };
     assert_eq!(refusal.rule, "artifactType", "{refusal}");
     // ...and against the policy's list.
     let migrations_only = CompiledPolicy::parse(
@@ -561,6 +565,30 @@ async fn an_unsigned_artifact_is_refused_when_the_policy_requires_a_signature() 
         .await;
         assert_eq!(refusal.rule, "authorities[release]");
         assert!(refusal.reason.contains("no signature"), "{refusal}");
+    }
+}
+
+#[tokio::test]
+async fn a_registry_that_is_away_is_a_failed_read_not_a_refusal() {
+    let reg = registry().await;
+    let work = tempfile::tempdir().unwrap();
+    let key = key_pair(&reg, &work.path().join("signer"));
+    let repository = format!("ptah-conformance/{}", unique("away"));
+    let digest = push_schema(&reg.host, &repository, "v1", b"schema \"public\" {}\n").await;
+    // The same artifact through a port nobody listens on: the registry is
+    // away, which says nothing of the artifact or its signatures.
+    let away = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = away.local_addr().unwrap().to_string();
+    drop(away);
+    let src = source(&host, &repository, &digest);
+    let policy = key_policy("release", &key, "[bundle, legacy]", "");
+    match verify(&src, &digest, ArtifactKind::Schema, &policy).await {
+        Err(failure @ VerifyFailure::Unavailable(_)) => {
+            let why = failure.to_string();
+            assert!(why.contains(&host), "{why}");
+            assert!(why.starts_with("the registry could not be read"), "{why}");
+        }
+        other => panic!("a registry that is away must fail the read: {other:?}"),
     }
 }
 

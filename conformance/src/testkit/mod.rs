@@ -61,22 +61,22 @@ where
 
 /// Two tests of `$f`: `$name::on_postgresql` and `$name::on_mariadb`, each
 /// calling `$f(engine, label)` with the label `$label-pg` or `$label-maria`
-/// (its namespace's name) and `$arg` when given. The test file has
+/// (its namespace's name) and the `$arg`s given after it. The test file has
 /// `Engine` (`testkit::database::Engine`) in scope.
 #[macro_export]
 macro_rules! on_both_engines {
-    ($name:ident, $label:literal, $f:ident $(, $arg:expr)?) => {
+    ($name:ident, $label:literal, $f:ident $(, $arg:expr)*) => {
         mod $name {
             use super::*;
 
             #[tokio::test]
             async fn on_postgresql() -> anyhow::Result<()> {
-                $f(Engine::Postgres, concat!($label, "-pg") $(, $arg)?).await
+                $f(Engine::Postgres, concat!($label, "-pg") $(, $arg)*).await
             }
 
             #[tokio::test]
             async fn on_mariadb() -> anyhow::Result<()> {
-                $f(Engine::MariaDb, concat!($label, "-maria") $(, $arg)?).await
+                $f(Engine::MariaDb, concat!($label, "-maria") $(, $arg)*).await
             }
         }
     };

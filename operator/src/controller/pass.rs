@@ -308,12 +308,15 @@ impl<F: Family> Pass<'_, F> {
         let st = self.status();
         let ns = self.ns.clone();
         let name = self.name();
-        let claim = st.active_operation();
+        // A claim not yet dispatched (waiting on the realm Lease) has no
+        // Job and has spent no approval yet.
+        let dispatched = st.active_operation().is_none_or(|c| c.dispatch_started);
+        let claim = st.active_operation().filter(|c| c.dispatch_started);
         let facts = Facts {
             family: F::KIND,
             namespace: &ns,
             name: &name,
-            at: self.obj.change_at(&st),
+            at: change::until_dispatch(self.obj.change_at(&st), dispatched),
             verdict: F::verdict(&st),
             plan: F::plan_named(&st),
             claim: claim.map(|c| (c.operation_id.as_str(), c.job_name.as_deref())),

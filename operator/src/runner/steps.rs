@@ -11,7 +11,7 @@ use supplychain::manifest::{self, Limits as ManifestLimits, VerifyError};
 use supplychain::oci::{ArtifactKind, OciReference, OciSource, Transport};
 use supplychain::snapshot::{self, CheckError};
 use supplychain::source_policy::{PolicyError, Refusal, SourcePolicy, policy_digest};
-use supplychain::verification::{self, CompiledPolicy};
+use supplychain::verification::{self, CompiledPolicy, VerifyFailure};
 use supplychain::{git, oci};
 
 use super::cli::{
@@ -896,9 +896,13 @@ async fn verify_oci(a: VerifyOciArgs) -> Result<StepOutput, StepError> {
         .ok_or_else(|| StepError::input("--reference: must be pinned by digest"))?;
     let evidence = verification::verify(&source, &digest, kind_of_resource(&a.common), &policy)
         .await
-        .map_err(|r| {
-            let message = format!("refused by {}: {}", r.rule, r.reason);
-            StepError::refused(r.rule, None, message)
+        .map_err(|f| match f {
+            VerifyFailure::Refused(r) => {
+                let message = format!("refused by {}: {}", r.rule, r.reason);
+                StepError::refused(r.rule, None, message)
+            }
+            // A read that failed, retried after failureRetryInterval.
+            VerifyFailure::Unavailable(_) => StepError::failed(f.to_string()),
         })?;
     Ok(StepOutput::OciVerified {
         reference: source.reference().pinned(&digest).to_string(),

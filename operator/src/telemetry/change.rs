@@ -32,6 +32,17 @@ pub enum Where {
     Hold,
 }
 
+/// Where a change is, given whether its claim has dispatched its Job: an
+/// Apply claimed but not yet dispatched (its realm Lease still to take) is
+/// still the Decision, for its approval is spent, and `ApprovalAccepted`
+/// written, only at dispatch.
+pub fn until_dispatch(at: Where, dispatched: bool) -> Where {
+    match at {
+        Where::In(Stage::Execution) if !dispatched => Where::In(Stage::Decision),
+        other => other,
+    }
+}
+
 /// What a status says that a trace needs.
 #[derive(Clone, Debug)]
 pub struct Facts<'a> {
@@ -771,6 +782,33 @@ mod tests {
                 .contains(&("ptah.outcome", "Succeeded".into()))
         );
         assert!(span("Source").events.is_empty());
+    }
+
+    #[test]
+    fn an_apply_claimed_but_not_dispatched_is_still_the_decision_that_spends_its_approval() {
+        // The claim is stored at 40, its realm Lease taken after, and the
+        // Job dispatched (the approval spent) at 42.
+        let mut accepted = entry(JournalEntryType::ApprovalAccepted, 42);
+        accepted.approval_uid = Some("approval-uid".into());
+        let journal = [accepted];
+        let (_, spans) = walk(
+            &[
+                (In(Stage::Decision), "AwaitingApproval/", 4),
+                (until_dispatch(In(Stage::Execution), false), "Applying/", 40),
+                (until_dispatch(In(Stage::Execution), true), "Applying/", 42),
+                (In(Stage::Verification), "VerifyingConvergence/", 45),
+            ],
+            &journal,
+        );
+        let decision = spans.iter().find(|s| s.name == "Decision").expect("span");
+        assert_eq!((decision.start, decision.end), (t(4), t(42)));
+        assert!(
+            decision
+                .attributes
+                .contains(&("ptah.approval.uid", "approval-uid".into()))
+        );
+        assert_eq!(until_dispatch(In(Stage::Plan), false), In(Stage::Plan));
+        assert_eq!(until_dispatch(Rest, false), Rest);
     }
 
     #[test]

@@ -85,6 +85,10 @@ pub enum OciError {
         operation: &'static str,
         reference: String,
         message: String,
+        /// The registry was not there to answer (no connection, a timeout,
+        /// a 5xx or 429 answer): a read to retry, not a verdict on the
+        /// artifact.
+        unavailable: bool,
     },
     #[error("{what} of {reference} is {size} bytes, over the limit of {limit}")]
     TooLarge {
@@ -109,6 +113,64 @@ pub enum OciError {
         actual: String,
         reason: String,
     },
+}
+
+impl OciError {
+    /// Whether the registry was not there to answer, rather than answering
+    /// something refused.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            OciError::Registry {
+                unavailable: true,
+                ..
+            }
+        )
+    }
+}
+
+/// Whether `error` (a registry client's, or anything in its chain) says the
+/// registry could not be reached or could not answer now: no connection, a
+/// connection cut, a timeout, a 5xx or 429 answer.
+pub fn unavailable(error: &(dyn std::error::Error + 'static)) -> bool {
+    use oci_client::errors::OciDistributionError as E;
+    use std::io::ErrorKind as K;
+    let busy = |code: u16| code >= 500 || code == 429;
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(r) = e.downcast_ref::<reqwest::Error>()
+            && (r.is_connect() || r.is_timeout() || r.status().is_some_and(|s| busy(s.as_u16())))
+        {
+            return true;
+        }
+        if let Some(E::ServerError { code, .. }) = e.downcast_ref::<E>()
+            && busy(*code)
+        {
+            return true;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                K::ConnectionRefused
+                    | K::ConnectionReset
+                    | K::ConnectionAborted
+                    | K::NotConnected
+                    | K::BrokenPipe
+                    | K::TimedOut
+                    | K::UnexpectedEof
+            ) {
+                return true;
+            }
+            // An io::Error's source skips the error it wraps.
+            if let Some(inner) = io.get_ref()
+                && unavailable(inner)
+            {
+                return true;
+            }
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// `oci://host[:port]/repository[:tag][@sha256:<hex>]`, the form the Ptah
@@ -637,8 +699,9 @@ impl OciSource {
         &self,
         operation: &'static str,
         reference: &Reference,
-        error: impl std::error::Error,
+        error: impl std::error::Error + 'static,
     ) -> OciError {
+        let unavailable = unavailable(&error);
         // The whole chain: the transport's cause is what a person acts on.
         let mut text = error.to_string();
         let mut cause = error.source();
@@ -661,6 +724,7 @@ impl OciSource {
             operation,
             reference: reference.whole(),
             message,
+            unavailable,
         }
     }
 
@@ -679,6 +743,7 @@ impl OciSource {
                 operation: "resolve",
                 reference: reference.whole(),
                 message: format!("the registry answered a digest that is not sha256: {digest:?}"),
+                unavailable: false,
             });
         }
         if let Some(pinned) = &self.reference.digest
@@ -1058,6 +1123,34 @@ mod tests {
     use super::*;
 
     const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn a_registry_away_or_busy_is_unavailable_and_an_answer_is_not() {
+        use oci_client::errors::OciDistributionError as E;
+        use std::io::{Error, ErrorKind};
+        let server = |code: u16| E::ServerError {
+            code,
+            url: "http://r/v2/".into(),
+            message: String::new(),
+        };
+        for busy in [server(500), server(503), server(429)] {
+            assert!(unavailable(&busy), "{busy}");
+        }
+        let cut = Error::new(ErrorKind::ConnectionReset, "reset by peer");
+        assert!(unavailable(&cut));
+        // Wrapped, as a blob stream's chunk error is.
+        let wrapped = Error::other(Error::from(ErrorKind::ConnectionRefused));
+        assert!(unavailable(&wrapped));
+        for answered in [
+            server(404),
+            server(401),
+            E::ImageManifestNotFoundError("gone".into()),
+            E::UnauthorizedError { url: "u".into() },
+        ] {
+            assert!(!unavailable(&answered), "{answered}");
+        }
+        assert!(!unavailable(&Error::other("not a transport error")));
+    }
 
     #[test]
     fn references_parse_with_tag_digest_or_latest() {

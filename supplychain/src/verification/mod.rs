@@ -91,7 +91,9 @@ use sha2::{Digest, Sha256};
 use sigstore::crypto::{CosignVerificationKey, Signature};
 use x509_cert::der::{Decode, Encode};
 
-use crate::oci::{ArtifactKind, OciSource, check_artifact, check_referrer, declared_artifact_type};
+use crate::oci::{
+    ArtifactKind, OciError, OciSource, check_artifact, check_referrer, declared_artifact_type,
+};
 
 pub const API_VERSION: &str = "supplychain.ptah.run/v1alpha1";
 pub const KIND: &str = "VerificationPolicy";
@@ -567,6 +569,28 @@ pub struct Refusal {
     pub reason: String,
 }
 
+/// Why Verify gave no evidence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyFailure {
+    /// The policy refused the artifact, naming the rule: a verdict that
+    /// holds until an input changes.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The registry was not there to answer (no connection, a timeout, a
+    /// 5xx or 429): a failed read, retried, never a refusal.
+    #[error("the registry could not be read: {0}")]
+    Unavailable(String),
+}
+
+/// A read of the registry that failed: unavailable, or a refusal of `rule`.
+fn read_failed(rule: &str, e: OciError) -> VerifyFailure {
+    if e.is_unavailable() {
+        VerifyFailure::Unavailable(e.to_string())
+    } else {
+        VerifyFailure::Refused(refusal(rule, e.to_string()))
+    }
+}
+
 fn refusal(rule: impl Into<String>, reason: impl Into<String>) -> Refusal {
     Refusal {
         rule: rule.into(),
@@ -590,17 +614,18 @@ struct Candidate {
 }
 
 /// Verify: evaluates `policy` against the artifact `digest` of `source`,
-/// which must be of `expected` kind. Answers the evidence or the refusal.
+/// which must be of `expected` kind. Answers the evidence, the refusal, or
+/// that the registry could not be read.
 pub async fn verify(
     source: &OciSource,
     digest: &str,
     expected: ArtifactKind,
     policy: &CompiledPolicy,
-) -> Result<VerifiedEvidence, Refusal> {
+) -> Result<VerifiedEvidence, VerifyFailure> {
     let fetched = source
         .fetch_manifest(digest)
         .await
-        .map_err(|e| refusal("artifact", e.to_string()))?;
+        .map_err(|e| read_failed("artifact", e))?;
     check_artifact(&fetched, expected).map_err(|e| refusal("artifactType", e.to_string()))?;
     let artifact_type = declared_artifact_type(&fetched.manifest)
         .unwrap_or_default()
@@ -614,7 +639,8 @@ pub async fn verify(
                 "{artifact_type} is not one of {}",
                 policy.policy.artifact_types.join(", ")
             ),
-        ));
+        )
+        .into());
     }
     let annotations = fetched.manifest.annotations.clone().unwrap_or_default();
     for name in &policy.policy.required_annotations {
@@ -622,7 +648,8 @@ pub async fn verify(
             return Err(refusal(
                 format!("requiredAnnotations[{name}]"),
                 "absent or empty on the manifest",
-            ));
+            )
+            .into());
         }
     }
     let mut evidence = VerifiedEvidence {
@@ -642,7 +669,8 @@ pub async fn verify(
         &policy.policy.signatures.formats,
         &mut notes,
     )
-    .await;
+    .await
+    .map_err(VerifyFailure::Unavailable)?;
     let mut failures: Vec<Refusal> = vec![];
     for authority in &policy.authorities {
         match satisfy(source, digest, authority, &candidates).await {
@@ -669,7 +697,7 @@ pub async fn verify(
             first.reason = "the artifact has no signature".into();
         }
     }
-    Err(first)
+    Err(first.into())
 }
 
 fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
@@ -684,47 +712,69 @@ fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Why a signature was not read: the registry was not there to answer,
+/// or what it answered (a note beside a refusal).
+enum Missed {
+    Unavailable(String),
+    Note(String),
+}
+
+impl Missed {
+    fn of(e: OciError) -> Missed {
+        if e.is_unavailable() {
+            Missed::Unavailable(e.to_string())
+        } else {
+            Missed::Note(e.to_string())
+        }
+    }
+}
+
 /// Finds the signatures of `digest` in the allowed formats. What cannot be
-/// read or does not name this digest is left out, with a note.
+/// read or does not name this digest is left out, with a note; a registry
+/// that was not there to answer fails the whole read, for a signature it
+/// would have shown is not a missing one.
 async fn discover(
     source: &OciSource,
     digest: &str,
     formats: &[SignatureFormat],
     notes: &mut Vec<String>,
-) -> Vec<Candidate> {
+) -> Result<Vec<Candidate>, String> {
     let mut out = vec![];
     if formats.contains(&SignatureFormat::Legacy) {
         match legacy_signatures(source, digest).await {
             Ok(mut found) => out.append(&mut found),
-            Err(note) => notes.push(format!("legacy: {note}")),
+            Err(Missed::Note(note)) => notes.push(format!("legacy: {note}")),
+            Err(Missed::Unavailable(why)) => return Err(why),
         }
     }
     if formats.contains(&SignatureFormat::Bundle) {
         match bundle_signatures(source, digest, notes).await {
             Ok(mut found) => out.append(&mut found),
-            Err(note) => notes.push(format!("bundle: {note}")),
+            Err(Missed::Note(note)) => notes.push(format!("bundle: {note}")),
+            Err(Missed::Unavailable(why)) => return Err(why),
         }
     }
-    out
+    Ok(out)
 }
 
 fn digest_reference(source: &OciSource, digest: &str) -> Reference {
     source.reference().pinned(digest).client_reference()
 }
 
-async fn legacy_signatures(source: &OciSource, digest: &str) -> Result<Vec<Candidate>, String> {
+async fn legacy_signatures(source: &OciSource, digest: &str) -> Result<Vec<Candidate>, Missed> {
     let tag = format!("{}.sig", digest.replace(':', "-"));
     let tagged = source.reference().client_reference_with_tag(&tag);
     let sig_digest = source
         .client()
         .fetch_manifest_digest(&tagged, &source.registry_auth())
         .await
-        .map_err(|e| source.redact(&format!("no {tag}: {e}")))?;
+        .map_err(|e| source.registry_error("signature tag read", &tagged, e))
+        .map_err(Missed::of)?;
     let reference = digest_reference(source, &sig_digest);
     let manifest = source
         .fetch_manifest_of(&reference, &sig_digest)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(Missed::of)?;
     let mut out = vec![];
     for layer in &manifest.manifest.layers {
         if layer.media_type != SIMPLE_SIGNING_TYPE {
@@ -740,7 +790,7 @@ async fn legacy_signatures(source: &OciSource, digest: &str) -> Result<Vec<Candi
         let payload = source
             .fetch_blob(&reference, layer, MAX_SIGNATURE_BLOB)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(Missed::of)?;
         let names_digest = serde_json::from_slice::<serde_json::Value>(&payload)
             .ok()
             .and_then(|v| {
@@ -859,7 +909,7 @@ async fn bundle_signatures(
     source: &OciSource,
     digest: &str,
     notes: &mut Vec<String>,
-) -> Result<Vec<Candidate>, String> {
+) -> Result<Vec<Candidate>, Missed> {
     let pinned = digest_reference(source, digest);
     source
         .client()
@@ -870,7 +920,8 @@ async fn bundle_signatures(
         .client()
         .pull_referrers(&pinned, None)
         .await
-        .map_err(|e| source.redact(&format!("referrers: {e}")))?;
+        .map_err(|e| source.registry_error("referrers", &pinned, e))
+        .map_err(Missed::of)?;
     let mut out = vec![];
     for descriptor in index
         .manifests
@@ -884,6 +935,7 @@ async fn bundle_signatures(
             .await
         {
             Ok(m) => m,
+            Err(e) if e.is_unavailable() => return Err(Missed::of(e)),
             Err(e) => {
                 notes.push(format!("bundle {}: {e}", descriptor.digest));
                 continue;
@@ -902,6 +954,7 @@ async fn bundle_signatures(
                 .await
             {
                 Ok(b) => b,
+                Err(e) if e.is_unavailable() => return Err(Missed::of(e)),
                 Err(e) => {
                     notes.push(format!("bundle {}: {e}", descriptor.digest));
                     continue;
