@@ -7,7 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # As in test.sh: the same build, without incremental state.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
-bash conformance/setup.sh
+bash conformance/setup.sh demo
 cargo build --workspace --bins --quiet
 "${CARGO_TARGET_DIR:-target}"/debug/ptah-harness up
 "${CARGO_TARGET_DIR:-target}"/debug/ptah-harness demo

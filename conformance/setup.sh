@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Installs everything the harness and the tests need on a fresh machine:
-# Debian packages, the test runner, and the pinned Go tools (cached by pins).
+# Installs what a command needs on a fresh machine: Debian packages, and for
+# the tests the test runner and lints, and the pinned Go tools that command
+# uses (cached by pins).
+# Usage: setup.sh [demo|test]   (test by default: everything)
+# The demo needs no test runner and none of the tools only tests use (Flux,
+# Argo CD's health engine, helm, promtool, cosign, the registry).
 # Safe to run again: each step is skipped when what it makes is present.
 set -euo pipefail
+command=${1:-test}
+case $command in demo | test) ;; *) echo "usage: setup.sh [demo|test]" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/tools/pins.env"
 say() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -28,15 +34,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ $made_policy = 1 ] && $sudo rm -f $policy
 fi
 
-# rustfmt and clippy come with the toolchain here; add them where they don't.
-for c in rustfmt clippy; do
-  rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
-done
-
-if ! cargo nextest --version 2>/dev/null | grep -q "$NEXTEST_VERSION"; then
-  say "installing cargo-nextest $NEXTEST_VERSION (a few minutes, once)"
-  cargo install --locked --quiet cargo-nextest --version "$NEXTEST_VERSION"
+if [ "$command" = test ]; then
+  # rustfmt and clippy come with the toolchain here; add them where they don't.
+  for c in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+  done
+  if ! cargo nextest --version 2>/dev/null | grep -q "$NEXTEST_VERSION"; then
+    say "installing cargo-nextest $NEXTEST_VERSION (about 10 minutes on 2 cores, once)"
+    cargo install --locked --quiet cargo-nextest --version "$NEXTEST_VERSION"
+  fi
 fi
 
-say "building the pinned Go tools (cached; the first build takes ~20 minutes)"
-bash "$here/tools/build.sh" >/dev/null
+say "the pinned Go tools the $command uses (cached by their pins)"
+bash "$here/tools/build.sh" --for "$command" >/dev/null

@@ -12,7 +12,7 @@ say() { printf '[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # target dir and once filled CI's disk.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 
-bash conformance/setup.sh
+bash conformance/setup.sh test
 say "cargo fmt --check"
 cargo fmt --all --check
 say "cargo clippy"

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools of the local control plane from their Go modules
 # into a cache directory keyed by the pins, and prints that bin directory.
-# Usage: build.sh [--print-dir [gitops|observability]] [tool...]
+# Usage: build.sh [--print-dir [gitops|observability]] [--list demo|test]
+#                 [--for demo|test] [tool...]
 #   control plane (pins.env):          etcd kubernetes registry cosign helm ptah
 #   GitOps (gitops.env):               flux argocd-health
 #   observability (observability.env): jaeger promtool
 # Each set has its own cache directory, keyed by its own pins file, so adding
 # a GitOps or observability tool does not rebuild the control plane.
+# `--for demo` builds only what the demo uses (the control plane, the Ptah
+# CLI and the tracing backend); `--for test`, or no tool named, builds all.
+# `--list` prints a command's tools and builds nothing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=pins.env
@@ -19,6 +23,28 @@ cache=${PTAH_TOOLS_CACHE:-$HOME/.cache/ptah-operator/tools}
 key=$(sha256sum <"$here/pins.env" | cut -c1-16)
 gitops_key=gitops-$(sha256sum <"$here/gitops.env" | cut -c1-16)
 observability_key=observability-$(sha256sum <"$here/observability.env" | cut -c1-16)
+# The tools each command uses.
+tools_for() {
+  case $1 in
+    demo) echo "etcd kubernetes ptah jaeger" ;;
+    test) echo "etcd kubernetes registry cosign helm ptah flux argocd-health jaeger promtool" ;;
+    *) echo "unknown command: $1 (demo or test)" >&2; return 2 ;;
+  esac
+}
+# Seconds each took to build cold on 2 cores (docs/performance.md), for the
+# progress lines.
+expected_seconds() {
+  case $1 in
+    etcd) echo 83 ;; kubernetes) echo 308 ;; registry) echo 109 ;;
+    cosign) echo 298 ;; helm) echo 154 ;; ptah) echo 180 ;; flux) echo 317 ;;
+    argocd-health) echo 161 ;; jaeger) echo 398 ;; promtool) echo 71 ;;
+    *) echo 0 ;;
+  esac
+}
+if [ "${1:-}" = "--list" ]; then
+  tools_for "${2:-test}"
+  exit 0
+fi
 if [ "${1:-}" = "--print-dir" ]; then
   case ${2:-} in
     gitops) echo "$cache/$gitops_key/bin" ;;
@@ -205,12 +231,21 @@ build_promtool() {
   build_simple promtool github.com/prometheus/prometheus github.com/prometheus/prometheus/cmd/promtool "$PROMETHEUS_VERSION" remove_all_sd
 }
 
-tools=("$@")
-[ ${#tools[@]} = 0 ] && tools=(etcd kubernetes registry cosign helm ptah flux argocd-health jaeger promtool)
-say "cache: $cache ($key, $gitops_key, $observability_key)"
-for t in "${tools[@]}"; do
+# Whether a tool is built and cached.
+is_built() {
+  local c=$cache/$key/bin g=$cache/$gitops_key g2=$cache/$observability_key/bin
+  case $1 in
+    kubernetes) [ -x "$c/kube-apiserver" ] && [ -x "$c/kube-controller-manager" ] && [ -x "$c/kube-scheduler" ] && [ -x "$c/kubectl" ] ;;
+    flux) [ -x "$g/bin/source-controller" ] && [ -x "$g/bin/kustomize-controller" ] && [ -d "$g/crds" ] ;;
+    argocd-health) [ -x "$g/bin/argocd-health" ] ;;
+    jaeger | promtool) [ -x "$g2/$1" ] ;;
+    *) [ -x "$c/$1" ] ;;
+  esac
+}
+
+build_one() {
   use_set "$key"
-  case $t in
+  case $1 in
     flux) build_flux ;;
     argocd-health) build_argocd_health ;;
     etcd) build_etcd ;;
@@ -221,7 +256,56 @@ for t in "${tools[@]}"; do
     ptah) build_ptah ;;
     jaeger) build_jaeger ;;
     promtool) build_promtool ;;
-    *) echo "unknown tool: $t" >&2; exit 2 ;;
   esac
+}
+
+if [ "${1:-}" = "--for" ]; then
+  read -ra tools <<<"$(tools_for "${2:-}")"
+else
+  tools=("$@")
+  [ ${#tools[@]} = 0 ] && read -ra tools <<<"$(tools_for test)"
+fi
+for t in "${tools[@]}"; do
+  [ "$(expected_seconds "$t")" != 0 ] || { echo "unknown tool: $t" >&2; exit 2; }
 done
+say "cache: $cache ($key, $gitops_key, $observability_key)"
+# What is left to build, and how long that took on 2 cores.
+todo=() expect=0
+for t in "${tools[@]}"; do
+  if is_built "$t"; then continue; fi
+  todo+=("$t"); expect=$((expect + $(expected_seconds "$t")))
+done
+if [ ${#todo[@]} = 0 ]; then
+  say "all ${#tools[@]} tools cached (${tools[*]})"
+else
+  say "${#todo[@]} of ${#tools[@]} tools to build (${todo[*]}): about $((expect / 60)) min cold on 2 cores"
+fi
+# Builds run side by side where the cores allow (two cores a build); they
+# share Go's build cache, so a package two tools use is compiled once.
+jobs=${PTAH_TOOLS_JOBS:-$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))}
+times=$(mktemp -d)
+trap 'rm -rf "$times"' EXIT
+started=$SECONDS i=0 running=0 failed=0
+for t in "${todo[@]}"; do
+  i=$((i + 1))
+  say "$t ($i/${#todo[@]}): building, about $(expected_seconds "$t") s cold on 2 cores; $((SECONDS - started)) s so far"
+  ( s=$SECONDS; build_one "$t" && echo $((SECONDS - s)) >"$times/$t" ) &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || failed=1
+  running=$((running - 1))
+done
+if [ ${#todo[@]} -gt 0 ]; then
+  built=()
+  for t in "${todo[@]}"; do
+    [ -f "$times/$t" ] && built+=("$t $(cat "$times/$t") s")
+  done
+  say "built ${#built[@]} of ${#todo[@]} in $((SECONDS - started)) s: $(IFS=,; echo "${built[*]}" | sed 's/,/, /g')"
+fi
+[ $failed = 0 ] || { say "a tool build failed (above)"; exit 1; }
 echo "$cache/$key/bin"

@@ -15,6 +15,7 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracerProvider, Span, SpanData, SpanExporter, SpanProcessor};
+use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 
 use super::export;
@@ -90,7 +91,15 @@ impl RunnerTrace {
         let provider = SdkTracerProvider::builder()
             .with_span_processor(spans.clone())
             .build();
-        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("ptah-runner"));
+        // The runner's own spans and events; of the crates under it (hyper's
+        // connection pool, rustls) only warnings, which a reader can act on.
+        let ours = tracing_subscriber::filter::Targets::new()
+            .with_target(env!("CARGO_CRATE_NAME"), tracing::Level::TRACE)
+            .with_target("ptah_runner", tracing::Level::TRACE)
+            .with_default(tracing::Level::WARN);
+        let layer = tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("ptah-runner"))
+            .with_filter(ours);
         let subscriber = tracing_subscriber::registry().with(layer);
         tracing::subscriber::set_global_default(subscriber).ok()?;
         Some(RunnerTrace {
