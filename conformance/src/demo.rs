@@ -31,7 +31,10 @@ fn job_finished() -> impl Condition<Job> {
     }
 }
 
-pub async fn run(harness: &Harness) -> anyhow::Result<()> {
+/// The demo on `harness`: the control plane's processes, a Job, and the
+/// operator taking a PtahSchema to `InSync`, its manager left running.
+/// Answers the commands it tells the reader to try next.
+pub async fn run(harness: &Harness) -> anyhow::Result<Vec<String>> {
     let client = harness.client().await?;
 
     step("the processes of the local control plane");
@@ -146,15 +149,63 @@ pub async fn run(harness: &Harness) -> anyhow::Result<()> {
         println!("  {name:<11} {}", version.trim());
     }
 
-    step("next");
-    println!(
-        "  source {}   # KUBECONFIG and the rest",
-        harness.env_file().display()
-    );
-    println!("  kubectl get nodes,pods -A");
-    println!("  kubectl get ptah -n {NAMESPACE}   # the operator's resources");
-    println!("  target/debug/ptah-harness down   # stops everything, by pid");
-    Ok(())
+    let next = next_steps(harness)?;
+    step("try next (the operator keeps running; from the repository's root)");
+    let width = next.iter().map(|(c, _)| c.len()).max().unwrap_or(0).min(60);
+    for (command, why) in &next {
+        println!("  {command:<width$}   # {why}");
+    }
+    Ok(next.into_iter().map(|(c, _)| c).collect())
+}
+
+/// The demo's closing commands, each with what it shows: they work as
+/// printed, in order, in a shell at the repository's root
+/// (`conformance/tests/demo.rs` runs them).
+fn next_steps(harness: &Harness) -> anyhow::Result<Vec<(String, String)>> {
+    // The declared schema with one more column, as a file to put in the
+    // ConfigMap.
+    let dir = harness.state.join("demo");
+    std::fs::create_dir_all(&dir)?;
+    let edited = dir.join("orders-v2.sql");
+    std::fs::write(
+        &edited,
+        DEMO_SCHEMA.replace("DEFAULT 0\n", "DEFAULT 0,\n  note text\n"),
+    )?;
+    let schema = format!("schema/orders -n {NAMESPACE}");
+    Ok(vec![
+        (
+            format!("source {}", harness.env_file().display()),
+            "KUBECONFIG, and the pinned kubectl and kubectl-ptah on PATH".into(),
+        ),
+        (
+            format!("kubectl ptah schema orders -n {NAMESPACE}"),
+            "the six stages of the schema".into(),
+        ),
+        (
+            format!(
+                "kubectl create configmap orders-schema -n {NAMESPACE} --from-file=schema.sql={} \
+                 --dry-run=client -o yaml | kubectl apply --server-side --force-conflicts -f -",
+                edited.display()
+            ),
+            "declare a new column: the ConfigMap edited".into(),
+        ),
+        (
+            format!("kubectl ptah wait {schema} --timeout 2m"),
+            "until it is InSync again".into(),
+        ),
+        (
+            format!("kubectl ptah plan {schema} --applied"),
+            "the ALTER TABLE it applied".into(),
+        ),
+        (
+            format!("kubectl ptah trace {schema}"),
+            "that change's path through the stages".into(),
+        ),
+        (
+            "target/debug/ptah-harness down".into(),
+            "stops everything, the operator too, by pid".into(),
+        ),
+    ])
 }
 
 /// The declared schema of the demo.
@@ -191,7 +242,6 @@ fn phase_words(phase: &str) -> &'static str {
 /// of its own.
 async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()> {
     use crate::testkit::database::{Engine, TestDatabase};
-    use crate::testkit::manager::{Manager, ManagerSpec};
     use futures::StreamExt;
     use kube::api::{Patch, PatchParams};
     use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -256,10 +306,10 @@ async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()
     for line in DEMO_SCHEMA.lines() {
         println!("    {line}");
     }
-    let manager = Manager::start_in(harness, NAMESPACE, &ManagerSpec::default())?;
+    let manager_log = start_manager(harness)?;
     println!(
-        "  started ptah-operator (log: {})",
-        manager.log_path().display()
+        "  started ptah-operator; it runs on after the demo (log: {})",
+        manager_log.display()
     );
     // Every status write the manager makes, from before the resource exists.
     let config = watcher::Config::default().fields("metadata.name=orders");
@@ -298,7 +348,7 @@ async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()
     .with_context(|| {
         format!(
             "ptahschema/orders did not converge within 240s; see {}",
-            manager.log_path().display()
+            manager_log.display()
         )
     })??;
     let st = &done.data["status"];
@@ -374,11 +424,18 @@ async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()
         );
     }
 
-    // Deleted while the manager runs, so it lets its finalizer go.
-    schemas.delete("orders", &DeleteParams::default()).await?;
-    wait_gone(&schemas, "orders").await?;
-    drop(manager);
     Ok(())
+}
+
+/// The service name of the demo's manager.
+const MANAGER: &str = "ptah-operator-demo";
+
+/// The demo's manager, as a process of the harness: it runs on after the
+/// demo, for the commands the demo ends with, until `ptah-harness down`.
+fn start_manager(harness: &Harness) -> anyhow::Result<std::path::PathBuf> {
+    use crate::testkit::manager::{ManagerSpec, start_recorded};
+    start_recorded(harness, NAMESPACE, MANAGER, &ManagerSpec::default())?;
+    Ok(crate::service::log_path(&harness.state, MANAGER))
 }
 
 /// The demo's change as `kubectl ptah trace` draws it, read from the

@@ -938,10 +938,12 @@ impl Harness {
         for (k, v) in self.env_vars(ports, bin) {
             out.push_str(&format!("export {k}={}\n", shell_quote(&v)));
         }
-        // The pinned kubectl (and etcd, helm, cosign) first on PATH.
+        // The pinned kubectl (and etcd, helm, cosign) first on PATH, and the
+        // workspace's binaries, so `kubectl ptah` finds its plugin.
         out.push_str(&format!(
-            "export PATH={}:\"$PATH\"\n",
-            shell_quote(&bin.display().to_string())
+            "export PATH={}:{}:\"$PATH\"\n",
+            shell_quote(&bin.display().to_string()),
+            shell_quote(&self.target_dir.display().to_string())
         ));
         // Tests read it while another test process runs `up`.
         write_whole(&self.env_file(), &out, 0o644)

@@ -134,5 +134,60 @@ async fn the_demo_ends_in_sync_on_the_demo_tools_alone() -> anyhow::Result<()> {
         assert!(!running.iter().any(|n| n == skipped), "{running:?}");
     }
     assert!(running.iter().any(|n| n == "jaeger"), "{running:?}");
-    conformance::demo::run(own.harness).await
+    let next = conformance::demo::run(own.harness).await?;
+    try_next(own.harness, &next).await
+}
+
+/// Runs the demo's closing commands as printed, in order, each in a shell
+/// at the repository's root after the first (`source …/env`), a moment
+/// apart as a person types them; every one must succeed. The edit must
+/// reach the database, and the applied plan must be its ALTER.
+async fn try_next(harness: &conformance::harness::Harness, next: &[String]) -> anyhow::Result<()> {
+    let (source, rest) = next.split_first().context("no commands")?;
+    anyhow::ensure!(source.starts_with("source "), "{source}");
+    let root = tools::workspace_root();
+    let mut printed = Vec::new();
+    for command in rest {
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        let out = Command::new("bash")
+            .args(["-c", &format!("set -eo pipefail; {source}; {command}")])
+            .current_dir(&root)
+            .output()?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("$ {command}\n{text}");
+        anyhow::ensure!(out.status.success(), "`{command}` failed: {text}");
+        printed.push((command.clone(), text));
+        if command.contains("configmap") {
+            // The manager read the edit: the column is in the database.
+            let db = conformance::testkit::database::TestDatabase::existing(
+                harness,
+                conformance::testkit::database::Engine::Postgres,
+                "ptah_demo",
+            )?;
+            let start = std::time::Instant::now();
+            while !db.columns("orders")?.iter().any(|c| c.starts_with("note ")) {
+                anyhow::ensure!(
+                    start.elapsed() < std::time::Duration::from_secs(120),
+                    "the edited ConfigMap never reached the database"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+        }
+    }
+    let applied = printed
+        .iter()
+        .find(|(c, _)| c.contains("--applied"))
+        .context("no `plan --applied` among the commands")?;
+    anyhow::ensure!(
+        applied.1.contains("ALTER TABLE") && applied.1.contains("note"),
+        "{}",
+        applied.1
+    );
+    let last = rest.last().context("no commands")?;
+    anyhow::ensure!(last.ends_with("ptah-harness down"), "{last}");
+    Ok(())
 }

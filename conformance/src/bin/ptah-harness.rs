@@ -56,7 +56,9 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Cmd::Env => print!("{}", harness.env()?),
-        Cmd::Demo => conformance::demo::run(&harness).await?,
+        Cmd::Demo => {
+            conformance::demo::run(&harness).await?;
+        }
         Cmd::Examples => examples(&harness).await?,
     }
     Ok(())
@@ -67,27 +69,20 @@ async fn main() -> anyhow::Result<()> {
 /// recorded beside the harness's own processes (started afresh each time).
 async fn examples(harness: &Harness) -> anyhow::Result<()> {
     use conformance::examples::{self, NAMESPACE};
-    use conformance::service::{ServiceSpec, log_path, start, stop};
+    use conformance::service::log_path;
     use conformance::testkit::admission::{manager_ca, register};
-    use conformance::testkit::manager::{ManagerSpec, command_line, free_port};
+    use conformance::testkit::manager::{ManagerSpec, free_port, start_recorded};
     const MANAGER: &str = "ptah-operator-examples";
     let prepared = examples::prepare(harness, NAMESPACE).await?;
     let env = examples::env_path(harness);
     std::fs::write(&env, prepared.env_file())?;
-    stop(&harness.state, MANAGER, std::time::Duration::from_secs(15))?;
     let port = free_port()?;
     let spec = ManagerSpec {
         port: Some(port),
         ..ManagerSpec::default()
     };
-    let line = command_line(harness, NAMESPACE, &spec)?;
     // A new CA for the new process: the webhooks trust the one it writes.
-    let _ = std::fs::remove_dir_all(&line.tls_dir);
-    let mut service = ServiceSpec::new(MANAGER, &line.exe).args(line.args);
-    for (k, v) in line.env {
-        service = service.env(&k, v);
-    }
-    start(&harness.state, &service)?;
+    let line = start_recorded(harness, NAMESPACE, MANAGER, &spec)?;
     let ca = manager_ca(&line.tls_dir).await?;
     register(
         &harness.client().await?,

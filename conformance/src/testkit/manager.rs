@@ -65,6 +65,28 @@ pub fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
+/// A manager watching `ns`, as a process of the harness under `name`:
+/// recorded beside its other processes, it runs on after the caller until
+/// `ptah-harness down`. One recorded under `name` before is stopped first,
+/// and the new process writes a new CA. Answers its command line.
+pub fn start_recorded(
+    harness: &Harness,
+    ns: &str,
+    name: &str,
+    spec: &ManagerSpec,
+) -> anyhow::Result<CommandLine> {
+    use crate::service::{ServiceSpec, start, stop};
+    stop(&harness.state, name, Duration::from_secs(15))?;
+    let line = command_line(harness, ns, spec)?;
+    let _ = std::fs::remove_dir_all(&line.tls_dir);
+    let mut service = ServiceSpec::new(name, &line.exe).args(line.args.clone());
+    for (k, v) in &line.env {
+        service = service.env(k, v.clone());
+    }
+    start(&harness.state, &service)?;
+    Ok(line)
+}
+
 impl Manager {
     /// Starts a manager watching `ns` only, with its Leases in `ns` too.
     pub fn start(ns: &TestNamespace, spec: &ManagerSpec) -> anyhow::Result<Manager> {
