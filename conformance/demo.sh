@@ -7,7 +7,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # As in test.sh: the same build, without incremental state.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
-bash conformance/setup.sh demo
+# The Debian packages and the demo's tools while the Rust binaries build
+# beside them: neither keeps both cores busy throughout (downloads, links).
+bash conformance/setup.sh demo &
+setup=$!
+trap 'kill "$setup" 2>/dev/null || true' EXIT
 cargo build --workspace --bins --quiet
+wait "$setup"
+trap - EXIT
 "${CARGO_TARGET_DIR:-target}"/debug/ptah-harness up
 "${CARGO_TARGET_DIR:-target}"/debug/ptah-harness demo

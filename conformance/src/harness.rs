@@ -66,20 +66,52 @@ pub struct Ports {
     pub jaeger_metrics: u16,
 }
 
+/// The ports from 10000 up to the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`), which no outgoing connection takes.
+fn below_ephemeral() -> std::ops::Range<u16> {
+    let low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let start = 10000.min(low.saturating_sub(2000)).max(1024);
+    start..low.max(start + 1000)
+}
+
 impl Ports {
     /// Gives every port still unset (0) a free one: all of them at the first
     /// `up`, and those a newer harness added on a state dir an older one made.
+    ///
+    /// They come from below the kernel's ephemeral range: a port the harness
+    /// stops and starts again (etcd, the API server, a database, in the
+    /// fault suite) must not be taken meanwhile as the source port of some
+    /// connection, which a port from that range can be (etcd once failed to
+    /// come back: `bind: address already in use`).
     fn fill(&mut self) -> anyhow::Result<()> {
         let taken: Vec<u16> = self.all_mut().iter().map(|p| **p).collect();
+        let range = below_ephemeral();
+        let span = u64::from(range.end - range.start);
+        // A start of this process's own, so harnesses made side by side
+        // seldom look at the same ports first.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::from(d.subsec_nanos()))
+            .unwrap_or(0);
+        let mut next = (nanos ^ u64::from(std::process::id()).wrapping_mul(2654435761)) % span;
         // Hold every listener until all are chosen so no two ports coincide.
         let mut held = Vec::new();
+        let mut tried = 0;
         for port in self.all_mut() {
             while *port == 0 {
-                let l = TcpListener::bind(("127.0.0.1", 0))?;
-                let free = l.local_addr()?.port();
-                held.push(l);
-                if !taken.contains(&free) {
-                    *port = free;
+                anyhow::ensure!(tried < span, "no free port in {range:?}");
+                tried += 1;
+                let candidate = range.start + (next % span) as u16;
+                next += 1;
+                if taken.contains(&candidate) {
+                    continue;
+                }
+                if let Ok(l) = TcpListener::bind(("127.0.0.1", candidate)) {
+                    held.push(l);
+                    *port = candidate;
                 }
             }
         }

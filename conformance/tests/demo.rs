@@ -76,10 +76,10 @@ fn the_demo_builds_none_of_the_tools_only_tests_use() -> anyhow::Result<()> {
     for (script, command) in [("demo.sh", "demo"), ("test.sh", "test")] {
         let text = std::fs::read_to_string(root.join("conformance").join(script))?;
         let setups: Vec<&str> = text.lines().filter(|l| l.contains("setup.sh")).collect();
-        assert_eq!(
-            setups,
-            [format!("bash conformance/setup.sh {command}")],
-            "{script}"
+        let asked = format!("bash conformance/setup.sh {command}");
+        assert!(
+            setups.len() == 1 && setups[0].trim_end_matches(" &") == asked,
+            "{script}: {setups:?}"
         );
         assert!(!text.contains("build.sh"), "{script} builds tools itself");
     }

@@ -31,13 +31,13 @@ tools_for() {
     *) echo "unknown command: $1 (demo or test)" >&2; return 2 ;;
   esac
 }
-# Seconds each took to build cold on 2 cores (docs/performance.md), for the
-# progress lines.
+# Seconds each took to build cold on 2 cores with nothing else running
+# (docs/performance.md), for the progress lines.
 expected_seconds() {
   case $1 in
-    etcd) echo 83 ;; kubernetes) echo 308 ;; registry) echo 109 ;;
-    cosign) echo 298 ;; helm) echo 154 ;; ptah) echo 180 ;; flux) echo 317 ;;
-    argocd-health) echo 161 ;; jaeger) echo 398 ;; promtool) echo 71 ;;
+    etcd) echo 59 ;; kubernetes) echo 306 ;; registry) echo 78 ;;
+    cosign) echo 163 ;; helm) echo 130 ;; ptah) echo 107 ;; flux) echo 235 ;;
+    argocd-health) echo 209 ;; jaeger) echo 313 ;; promtool) echo 71 ;;
     *) echo 0 ;;
   esac
 }
