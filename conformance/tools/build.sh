@@ -91,7 +91,6 @@ tool_module() {
 }
 
 build_etcd() {
-  [ -x "$bin/etcd" ] && return 0
   with_progress etcd bash -c "
     $(declare -f tool_module); root=$root
     tool_module etcd
@@ -101,9 +100,6 @@ build_etcd() {
 
 build_kubernetes() {
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-  local missing=0 b
-  for b in "${want[@]}"; do [ -x "$bin/$b" ] || missing=1; done
-  [ $missing = 0 ] && return 0
   local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
   local staging=v0.${KUBERNETES_VERSION#v1.}
   local ld="-s -w"
@@ -132,7 +128,6 @@ build_kubernetes() {
 
 build_simple() { # name module-path package version [build tags]
   local name=$1 mod=$2 pkg=$3 ver=$4 tags=${5:-}
-  [ -x "$bin/$name" ] && return 0
   with_progress "$name" bash -c "
     set -euo pipefail
     $(declare -f tool_module); root=$root
@@ -146,7 +141,6 @@ build_simple() { # name module-path package version [build tags]
 # build info is stamped as Ptah's Makefile does. Without the archive, a module
 # proxy that serves the module gets the same version installed.
 build_ptah() {
-  [ -x "$bin/ptah" ] && return 0
   local archive=${PTAH_ARCHIVE_DIR:-$here/../../../shared/vendor/ptah}/$PTAH_ARCHIVE
   local ld="-s -w -X go.5x5.cz/ptah/internal/buildinfo.Version=$PTAH_VERSION"
   ld="$ld -X go.5x5.cz/ptah/internal/buildinfo.Commit=$PTAH_COMMIT -X go.5x5.cz/ptah/internal/buildinfo.Date=$PTAH_DATE"
@@ -184,7 +178,6 @@ build_ptah() {
 # ../shared/reference/go-tools.md explain, and their CRDs from the module zips.
 build_flux() {
   use_set "$gitops_key"
-  [ -x "$bin/source-controller" ] && [ -x "$bin/kustomize-controller" ] && [ -d "$root/crds" ] && return 0
   with_progress flux bash -c "
     set -euo pipefail
     $(declare -f tool_module); root=$root
@@ -205,7 +198,6 @@ build_flux() {
 # The checker around Argo CD's Lua health engine (conformance/tools/argocd-health).
 build_argocd_health() {
   use_set "$gitops_key"
-  [ -x "$bin/argocd-health" ] && return 0
   with_progress argocd-health bash -c "
     set -euo pipefail
     $(declare -f tool_module); root=$root
@@ -231,7 +223,8 @@ build_promtool() {
   build_simple promtool github.com/prometheus/prometheus github.com/prometheus/prometheus/cmd/promtool "$PROMETHEUS_VERSION" remove_all_sd
 }
 
-# Whether a tool is built and cached.
+# Whether a tool is built and cached: the one check, so the build_*
+# functions above are called only for what is missing.
 is_built() {
   local c=$cache/$key/bin g=$cache/$gitops_key g2=$cache/$observability_key/bin
   case $1 in
