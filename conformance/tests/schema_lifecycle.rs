@@ -390,6 +390,26 @@ fn stalled_reason(s: &PtahSchema) -> Option<Reason> {
         .flatten()
 }
 
+/// The `Stalled` condition's message, which names the plan, what holds it
+/// and the way out.
+fn stalled_message(s: &PtahSchema) -> String {
+    s.status
+        .as_ref()
+        .and_then(|st| {
+            st.conditions
+                .iter()
+                .find(|c| c.type_ == SchemaConditionType::Stalled)
+        })
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+fn says_all(message: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(message.contains(part), "{part:?} is not in {message:?}");
+    }
+}
+
 fn applied_plan(s: &PtahSchema) -> Option<String> {
     s.status
         .as_ref()
@@ -462,7 +482,13 @@ async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
             stalled_reason(s) == Some(Reason::DestructiveChangesDisabled)
         })
         .await?;
-    assert!(plan_of(&s)?.destructive);
+    let plan = plan_of(&s)?;
+    assert!(plan.destructive);
+    // The message names the plan, the statement and the way out.
+    says_all(
+        &stalled_message(&s),
+        &[&plan.name, "DROP COLUMN", "note", "spec.policy.allowDestructive"],
+    );
     assert_eq!(db.columns("orders")?.len(), 3);
 
     // A protected table: Blocked with ProtectedTable, whatever else allows it.
@@ -471,11 +497,15 @@ async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
         json!({"apply": "Always", "allowDestructive": true, "protectedTables": ["orders"]}),
     )
     .await?;
-    operator
+    let s = operator
         .until(&ns, "orders", "Blocked, protected", |s: &PtahSchema| {
             stalled_reason(s) == Some(Reason::ProtectedTable)
         })
         .await?;
+    says_all(
+        &stalled_message(&s),
+        &[&plan_of(&s)?.name, "orders", "spec.policy.protectedTables"],
+    );
     assert_eq!(db.columns("orders")?.len(), 3);
 
     // Never: the plan is published and nothing is applied.
@@ -491,6 +521,10 @@ async fn policies_hold(engine: Engine, test: &str) -> anyhow::Result<()> {
         .await?;
     let plan = plan_of(&s)?;
     assert!(plan.destructive && !plan.approval_required, "{plan:?}");
+    says_all(
+        &stalled_message(&s),
+        &[&plan.name, "spec.policy.apply is Never", "OnApproval or Always"],
+    );
     assert_eq!(db.columns("orders")?.len(), 3);
     assert_eq!(apply_jobs(&ns).await?, 2, "no Apply ran after the second");
 

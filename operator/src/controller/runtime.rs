@@ -94,8 +94,14 @@ pub fn census(stores: &super::Stores, me: Option<Claimant>) -> RealmVerdict {
     let Some(me) = me else {
         return RealmVerdict::Ok;
     };
-    let schemas = stores.schemas.state();
-    let migrations = stores.migrations.state();
+    // Only the resources that may share `me`'s database are hashed: the
+    // census runs on every pass, over every resource.
+    let schemas = stores.schemas.state_filter(|s| {
+        realm::may_share(&me, s.metadata.namespace.as_deref(), &s.spec.target)
+    });
+    let migrations = stores.migrations.state_filter(|m| {
+        realm::may_share(&me, m.metadata.namespace.as_deref(), &m.spec.target)
+    });
     let all: Vec<Claimant> = schemas
         .iter()
         .filter_map(|s| realm::claimant_of_schema(s))

@@ -1040,13 +1040,20 @@ impl Machine<'_> {
         self.st.plan = Some(plan.clone());
         match apply {
             ApplyPolicy::Never => {
+                let name = self.m.metadata.name.as_deref().unwrap_or_default();
+                let message = format!(
+                    "plan {} waits and spec.policy.apply is Never: no migration runs; \
+                     set it to OnApproval or Always to run them; \
+                     `kubectl ptah plan ptahmigration/{name}` shows the versions",
+                    plan.name
+                );
                 self.cond(
                     C::ApprovalRequired,
                     ConditionStatus::False,
                     Reason::ApplyDisabled,
-                    "",
+                    &message,
                 );
-                self.settle(P::Planning, Reason::ApplyDisabled, "");
+                self.settle(P::Planning, Reason::ApplyDisabled, &message);
                 self.schedule_interval();
             }
             ApplyPolicy::OnApproval => {

@@ -39,6 +39,23 @@ pub struct Claimant {
     pub realm: Option<String>,
     /// `spec.target.sharedRealm`.
     pub shared_realm: bool,
+    /// `spec.target.coordinationKey`, if any.
+    pub coordination_key: Option<String>,
+}
+
+/// Whether a resource in `namespace` with `target` may claim `me`'s
+/// database: the coordination digest's inputs but the engine, compared
+/// before any digest is taken. Every resource whose digest is `me`'s passes;
+/// the census, which runs on every pass over every resource, hashes only
+/// those.
+pub fn may_share(me: &Claimant, namespace: Option<&str>, target: &Target) -> bool {
+    match (&me.realm, &target.realm_ref, &target.coordination_key) {
+        (Some(mine), Some(theirs), None) => *mine == theirs.name,
+        (None, None, Some(key)) => {
+            me.coordination_key.as_ref() == Some(key) && namespace == Some(me.namespace.as_str())
+        }
+        _ => false,
+    }
 }
 
 fn claimant(
@@ -60,6 +77,7 @@ fn claimant(
         coordination_digest,
         realm: target.realm_ref.as_ref().map(|r| r.name.clone()),
         shared_realm: target.shared_realm,
+        coordination_key: target.coordination_key.clone(),
     })
 }
 
@@ -197,6 +215,36 @@ mod tests {
                 sharing,
             },
         )
+    }
+
+    #[test]
+    fn may_share_passes_every_claimant_of_the_same_digest() {
+        let targets = [
+            ("orders", by_key("primary")),
+            ("orders", by_key("replica")),
+            ("billing", by_key("primary")),
+            ("orders", by_realm("a")),
+            ("billing", by_realm("a")),
+            ("orders", by_realm("b")),
+        ];
+        let mut mysql = by_key("primary");
+        mysql.engine = "MySQL".into();
+        let mut all: Vec<(&str, Target)> = targets.to_vec();
+        all.push(("orders", mysql));
+        for (i, (ns, t)) in all.iter().enumerate() {
+            let me = claimant_in(ns, &format!("u{i}"), t);
+            let mut passed = 0;
+            for (j, (other_ns, other)) in all.iter().enumerate() {
+                let them = claimant_in(other_ns, &format!("u{j}"), other);
+                let shares = may_share(&me, Some(other_ns), other);
+                if them.coordination_digest == me.coordination_digest {
+                    assert!(shares, "{ns}/{t:?} and {other_ns}/{other:?}");
+                }
+                passed += usize::from(shares);
+            }
+            // The filter narrows: never every resource.
+            assert!(passed < all.len(), "{ns}/{t:?} passed {passed}");
+        }
     }
 
     #[test]

@@ -196,8 +196,10 @@ pub enum PlanVerdict {
     Changes {
         /// The plan as published (destructive and privilege flags included).
         plan: Box<SchemaPlanSummary>,
-        /// It would change a protected table.
-        protected_table: bool,
+        /// The protected table it would change, as the plan names it.
+        protected_table: Option<String>,
+        /// Its first statement Ptah classed destructive.
+        destructive_statement: Option<String>,
         /// The database the plan read.
         target_identity_digest: Option<String>,
     },

@@ -60,7 +60,8 @@ fn destructive(n: u8) -> SchemaPlanSummary {
 fn changes(p: SchemaPlanSummary) -> Observation {
     Observation::Planned(PlanVerdict::Changes {
         plan: Box::new(p),
-        protected_table: false,
+        protected_table: None,
+        destructive_statement: None,
         target_identity_digest: Some(digest(1)),
     })
 }
@@ -411,13 +412,18 @@ fn planning_protected_table_goes_blocked() {
         &mut s,
         Observation::Planned(PlanVerdict::Changes {
             plan: Box::new(plan(1)),
-            protected_table: true,
+            protected_table: Some("public.users".into()),
+            destructive_statement: None,
             target_identity_digest: None,
         }),
         4,
     );
     assert_eq!(phase(&s), Some(SchemaPhase::Blocked));
     assert_eq!(stalled_reason(&s), Some(Reason::ProtectedTable));
+    let message = stalled_message(&s);
+    for part in [&plan(1).name, "public.users", "spec.policy.protectedTables"] {
+        assert!(message.contains(part), "{message}");
+    }
 }
 
 #[test]
@@ -425,6 +431,23 @@ fn planning_destructive_disallowed_goes_blocked() {
     let s = verdict(observing(), destructive(1));
     assert_eq!(phase(&s), Some(SchemaPhase::Blocked));
     assert_eq!(stalled_reason(&s), Some(Reason::DestructiveChangesDisabled));
+    let message = stalled_message(&s);
+    assert!(message.contains("spec.policy.allowDestructive"), "{message}");
+
+    // The message quotes the statement, on one line.
+    let mut s = planning_from(observing());
+    let statement = "ALTER TABLE public.orders\n  DROP COLUMN note";
+    let o = Observation::Planned(PlanVerdict::Changes {
+        plan: Box::new(destructive(1)),
+        protected_table: None,
+        destructive_statement: Some(statement.into()),
+        target_identity_digest: Some(digest(1)),
+    });
+    run(&mut s, o, 4);
+    let message = stalled_message(&s);
+    for part in [&destructive(1).name, "ALTER TABLE public.orders DROP COLUMN note"] {
+        assert!(message.contains(part), "{message}");
+    }
 }
 
 #[test]
@@ -434,6 +457,10 @@ fn planning_apply_never_goes_blocked() {
     let fx_s = verdict(s, plan(1));
     assert_eq!(phase(&fx_s), Some(SchemaPhase::Blocked));
     assert_eq!(stalled_reason(&fx_s), Some(Reason::ApplyDisabled));
+    let message = stalled_message(&fx_s);
+    for part in [plan(1).name.as_str(), "spec.policy.apply is Never", "OnApproval"] {
+        assert!(message.contains(part), "{message}");
+    }
     assert!(
         st(&fx_s).plan.is_some(),
         "Never publishes plans and applies none"

@@ -216,6 +216,23 @@ macro_rules! machine_drivers {
         fn run(r: &mut $resource, o: Observation, t: i64) -> Vec<Effect> {
             let out = step(r, &o, &at(t));
             r.status = Some(out.status);
+            // Every Blocked and Failed says what holds it and the way out.
+            // (A refresh in either keeps that condition as it was.)
+            let s = st(r);
+            let says = match s.phase {
+                Some(<$phase>::Blocked) => Some(C::Stalled),
+                Some(<$phase>::Failed) => Some(C::ReconciliationFailed),
+                _ => None,
+            };
+            if let Some(t) = says {
+                let c = super::conditions::get(&s.conditions, t).expect("the condition");
+                assert!(
+                    !c.message.is_empty(),
+                    "{:?} with {t:?} {:?} and no message",
+                    s.phase,
+                    c.reason
+                );
+            }
             out.effects
         }
 
@@ -237,6 +254,14 @@ macro_rules! machine_drivers {
 
         fn stalled_reason(r: &$resource) -> Option<Reason> {
             true_reason(&st(r).conditions, C::Stalled)
+        }
+
+        /// The `Stalled` condition's message, empty when there is none.
+        #[allow(dead_code, reason = "not every machine's tests read it")]
+        fn stalled_message(r: &$resource) -> String {
+            super::conditions::get(&st(r).conditions, C::Stalled)
+                .map(|c| c.message.clone())
+                .unwrap_or_default()
         }
 
         fn started(fx: &[Effect], op: OperationType) -> bool {

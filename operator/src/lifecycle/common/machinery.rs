@@ -155,7 +155,11 @@ pub trait Machinery {
                 // The phase moves with the snapshot's write; the conditions
                 // say now that work is under way for this generation.
                 self.effects().push(Shared::TakeSnapshot.into());
-                self.kstatus(Health::Progressing, Reason::Refreshing, "");
+                self.kstatus(
+                    Health::Progressing,
+                    Reason::Refreshing,
+                    "reading the ConfigMap and the database again",
+                );
             }
             Some(_) => {
                 let claim = self.new_claim(OperationType::Resolve, None);

@@ -241,13 +241,14 @@ impl Machine<'_> {
             PlanVerdict::Changes {
                 plan,
                 protected_table,
+                destructive_statement,
                 ..
             } => {
                 self.drop_claim_after_plan(&claim);
                 if proof {
                     self.proof_drift_remains();
                 }
-                self.verdict(plan, *protected_table);
+                self.verdict(plan, protected_table.as_deref(), destructive_statement.as_deref());
             }
         }
     }
@@ -270,7 +271,12 @@ impl Machine<'_> {
     }
 
     /// A plan's verdict, as from Planning.
-    pub(super) fn verdict(&mut self, plan: &SchemaPlanSummary, protected_table: bool) {
+    pub(super) fn verdict(
+        &mut self,
+        plan: &SchemaPlanSummary,
+        protected_table: Option<&str>,
+        destructive_statement: Option<&str>,
+    ) {
         let policy = &self.schema.spec.policy;
         let privilege = !plan.privilege_changes.is_empty();
         let automatic = policy.apply == ApplyPolicy::Always && !plan.destructive && !privilege;
@@ -334,18 +340,46 @@ impl Machine<'_> {
             Reason::Succeeded,
             "",
         );
-        let blocked = if protected_table {
-            Some(Reason::ProtectedTable)
+        let name = self.schema.metadata.name.as_deref().unwrap_or_default();
+        let see = format!("`kubectl ptah plan ptahschema/{name}` shows its statements");
+        let blocked = if let Some(table) = protected_table {
+            Some((
+                Reason::ProtectedTable,
+                format!(
+                    "plan {} changes {table}, which spec.policy.protectedTables protects: \
+                     nothing is applied while it does; change the source, or take the \
+                     table off the list; {see}",
+                    plan.name
+                ),
+            ))
         } else if plan.destructive && !policy.allow_destructive {
-            Some(Reason::DestructiveChangesDisabled)
+            let what = destructive_statement
+                .map(|s| format!(" ({})", short_statement(s)))
+                .unwrap_or_default();
+            Some((
+                Reason::DestructiveChangesDisabled,
+                format!(
+                    "plan {} is destructive{what} and spec.policy.allowDestructive is false: \
+                     change the source, or set allowDestructive to true to let it run \
+                     under spec.policy.apply; {see}",
+                    plan.name
+                ),
+            ))
         } else if policy.apply == ApplyPolicy::Never {
-            Some(Reason::ApplyDisabled)
+            Some((
+                Reason::ApplyDisabled,
+                format!(
+                    "plan {} waits and spec.policy.apply is Never: nothing is applied; \
+                     set it to OnApproval or Always to apply; {see}",
+                    plan.name
+                ),
+            ))
         } else {
             None
         };
-        if let Some(reason) = blocked {
-            self.cond(C::ApprovalRequired, ConditionStatus::False, reason, "");
-            self.block(reason, "");
+        if let Some((reason, message)) = blocked {
+            self.cond(C::ApprovalRequired, ConditionStatus::False, reason, &message);
+            self.block(reason, &message);
         } else if automatic {
             self.cond(
                 C::ApprovalRequired,
@@ -406,5 +440,14 @@ impl Machine<'_> {
         (approvable && !ran)
             .then(|| published.plan_name.clone())
             .flatten()
+    }
+}
+
+/// A statement on one line, cut to 120 characters, for a condition message.
+fn short_statement(sql: &str) -> String {
+    let line = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(120) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line,
     }
 }
