@@ -521,9 +521,13 @@ pub async fn sweep(
     // The manager's Job store, not a LIST: a Job that ended after it was
     // last delivered is swept by the pass its own event wakes.
     let (key, value) = selector.split_once('=').unwrap_or((selector, ""));
+    // Allocation-free: the filter runs over every Job the manager
+    // watches, on every pass (a third of the manager's CPU at 1,000
+    // schemas when it cloned each Job's namespace).
     let listed = ctx.stores().jobs.state_filter(|j| {
-        j.namespace().as_deref() == Some(ns)
-            && j.labels().get(key).map(String::as_str) == Some(value)
+        let m = &j.metadata;
+        m.namespace.as_deref() == Some(ns)
+            && m.labels.as_ref().and_then(|l| l.get(key)).map(String::as_str) == Some(value)
     });
     for job in listed {
         let job = (*job).clone();

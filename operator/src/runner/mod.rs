@@ -109,6 +109,7 @@ pub mod cli;
 pub mod credentials;
 pub mod deliver;
 pub mod executor;
+pub mod grants;
 pub mod history;
 pub mod identity;
 pub mod operations;

@@ -142,6 +142,16 @@ pub async fn plan(
             ));
         }
     };
+    // Ptah does not read a MySQL-family database's grants back: a plan of
+    // grants the database holds is no change (grants.rs).
+    if a.engine == EngineArg::Mysql {
+        let sql: Vec<String> = document.statements.iter().map(|s| s.sql.clone()).collect();
+        if super::grants::all_held(&sql, exec.db_url(), &target, a.connect_timeout).await {
+            return Ok(StepOutput::Planned {
+                plan: outcome(document.dialect.clone(), None),
+            });
+        }
+    }
     let file = write_file(work_dir, DRY_RUN_FILE, &bytes)?;
     let dry = vec![
         "schema".into(),

@@ -98,6 +98,7 @@ mod rows;
 mod run;
 mod status;
 mod table;
+pub(crate) use table::{connect_mysql, percent_decode};
 mod tls;
 pub use directory::*;
 pub use golden::*;

@@ -192,12 +192,13 @@ pub(crate) async fn read_postgres(
         .collect()
 }
 
-pub(crate) async fn read_mysql(
+/// A connection to the MariaDB or MySQL database `target` names, as the
+/// URL's `tls` parameter asks. The error never holds the URL.
+pub(crate) async fn connect_mysql(
     url: &str,
     target: &Target,
     connect_timeout: Duration,
-) -> Result<Vec<TableRow>, String> {
-    use mysql_async::prelude::Queryable;
+) -> Result<mysql_async::Conn, String> {
     let parsed = url::Url::parse(url.trim()).map_err(|_| "the URL does not parse".to_string())?;
     let ssl = match query_param(&parsed, "tls").as_deref() {
         None | Some("false") => None,
@@ -219,13 +220,23 @@ pub(crate) async fn read_mysql(
         .tcp_port(target.port)
         .user(Some(percent_decode(&target.user)))
         .pass(parsed.password().map(percent_decode))
-        .db_name(Some(database.clone()))
+        .db_name(Some(database))
         .prefer_socket(false)
         .ssl_opts(ssl);
-    let mut conn = tokio::time::timeout(connect_timeout, mysql_async::Conn::new(opts))
+    tokio::time::timeout(connect_timeout, mysql_async::Conn::new(opts))
         .await
         .map_err(|_| "connecting timed out".to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())
+}
+
+pub(crate) async fn read_mysql(
+    url: &str,
+    target: &Target,
+    connect_timeout: Duration,
+) -> Result<Vec<TableRow>, String> {
+    use mysql_async::prelude::Queryable;
+    let database = percent_decode(&target.database);
+    let mut conn = connect_mysql(url, target, connect_timeout).await?;
     conn.query_drop("START TRANSACTION READ ONLY")
         .await
         .map_err(|e| e.to_string())?;
