@@ -553,6 +553,33 @@ async fn set_source_moves_an_unmanaged_schema_to_another_artifact() -> anyhow::R
         "the revision in Flux's words"
     );
     assert!(db.columns("orders")?.iter().any(|c| c.starts_with("note ")));
+    // The applied plan's provenance: v2's digest and the key that signed it,
+    // as Verify established them for this plan's bound evidence.
+    let plan = ok(
+        "plan --applied",
+        k.run(&["plan", "schema/orders", "--applied"])?,
+    )?
+    .stdout;
+    let provenance = plan
+        .split("Provenance:\n")
+        .nth(1)
+        .and_then(|rest| rest.split("Source binding:").next())
+        .with_context(|| format!("no Provenance section in {plan}"))?;
+    let verification = s
+        .status
+        .as_ref()
+        .and_then(|st| st.source.as_ref())
+        .and_then(|src| src.verification.clone())
+        .context("verification evidence")?;
+    let fingerprint = verification.key_fingerprint.context("a key fingerprint")?;
+    for part in [
+        two.digest.as_str(),
+        "signer key",
+        fingerprint.as_str(),
+        "evidence sha256:",
+    ] {
+        assert!(provenance.contains(part), "{part:?} is not in {provenance}");
+    }
     let owner = s
         .metadata
         .managed_fields

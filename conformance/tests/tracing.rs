@@ -230,6 +230,17 @@ async fn a_schema_change_is_one_trace_through_the_five_stages() -> anyhow::Resul
         decision.tag_str("ptah.approval.uid"),
         approval.uid().as_deref()
     );
+    // The decision carries where the plan's source came from.
+    let source = s
+        .status
+        .as_ref()
+        .and_then(|st| st.source.as_ref())
+        .context("status.source")?;
+    assert_eq!(decision.tag_str("ptah.source.kind"), Some("ConfigMap"));
+    assert_eq!(
+        decision.tag_str("ptah.source.digest"),
+        Some(source.content_digest.as_str())
+    );
     assert!(
         !decision.logs_named("ApprovalAccepted").is_empty(),
         "{decision:?}"

@@ -46,6 +46,9 @@ pub struct PlanView {
     /// Findings: destructive, privilege changes, drift, severities.
     pub findings: Vec<String>,
     pub source: Vec<(String, String)>,
+    /// Where the plan's input came from and who vouched for it: the commit,
+    /// the artifact digest, the verified signer.
+    pub provenance: Vec<(String, String)>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub statements: Vec<Statement>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -70,6 +73,71 @@ fn source_lines(b: &SourceBinding) -> Vec<(String, String)> {
     add("sourcePolicy", &b.source_policy_digest);
     add("verificationPolicy", &b.verification_policy_digest);
     add("signerEvidence", &b.signer_evidence_digest);
+    out
+}
+
+/// The plan's provenance: what its binding names, and the verified signer
+/// when the evidence in the resource's status is the evidence the plan
+/// bound (its digest equal to the plan's `signerEvidence`), never a newer
+/// signer of another artifact.
+pub fn provenance(r: &Resource, b: &SourceBinding) -> Vec<(String, String)> {
+    use operator::api::source::SourceKind;
+    let mut out = Vec::new();
+    match b.kind {
+        SourceKind::ConfigMap => out.push((
+            "configMap".to_string(),
+            format!(
+                "uid {} content {}",
+                b.config_map_uid.as_deref().unwrap_or("?"),
+                b.content_digest
+            ),
+        )),
+        SourceKind::Git => out.push((
+            "git commit".to_string(),
+            b.commit.clone().unwrap_or_else(|| "?".into()),
+        )),
+        SourceKind::OCI => out.push((
+            "artifact".to_string(),
+            b.resolved_reference
+                .clone()
+                .unwrap_or_else(|| b.content_digest.clone()),
+        )),
+    }
+    let Some(bound) = &b.signer_evidence_digest else {
+        if b.kind == SourceKind::OCI {
+            out.push(("signer".into(), "none bound".into()));
+        }
+        return out;
+    };
+    let evidence = r
+        .verification()
+        .filter(|v| operator::api::status::signer_evidence_digest(v).as_ref() == Some(bound));
+    let Some(v) = evidence else {
+        out.push((
+            "signer".into(),
+            format!("evidence {bound} (the resource's status has moved on to another)"),
+        ));
+        return out;
+    };
+    if let Some(id) = &v.signer_identity {
+        out.push((
+            "signer".into(),
+            format!("{} (issuer {})", id.subject, id.issuer),
+        ));
+    }
+    if let Some(k) = &v.key_fingerprint {
+        out.push(("signer key".into(), k.clone()));
+    }
+    if let Some(a) = &v.authority {
+        out.push(("authority".into(), a.clone()));
+    }
+    if let Some(t) = v.transparency_log_verified {
+        out.push((
+            "transparency log".into(),
+            if t { "verified" } else { "not checked" }.into(),
+        ));
+    }
+    out.push(("evidence".into(), bound.clone()));
     out
 }
 
@@ -242,6 +310,7 @@ pub fn schema_view(r: &Resource, plan: &PtahSchemaPlan, bytes: &[u8]) -> PlanVie
         ],
         findings,
         source: source_lines(&spec.source),
+        provenance: provenance(r, &spec.source),
         statements,
         versions: vec![],
     }
@@ -281,6 +350,7 @@ pub fn migration_view(r: &Resource, plan: &PtahMigrationPlan) -> PlanView {
         ],
         findings,
         source: source_lines(&spec.source),
+        provenance: provenance(r, &spec.source),
         statements: vec![],
         versions: spec
             .migrations
@@ -310,6 +380,10 @@ pub fn render(p: &PlanView) -> String {
     out.push_str("Findings:\n");
     for f in &p.findings {
         out.push_str(&format!("  {f}\n"));
+    }
+    out.push_str("Provenance:\n");
+    for (k, v) in &p.provenance {
+        out.push_str(&format!("  {k:<19} {v}\n"));
     }
     out.push_str("Source binding:\n");
     for (k, v) in &p.source {
@@ -343,4 +417,86 @@ pub fn render(p: &PlanView) -> String {
         out.push_str(&crate::output::table(&header, &rows));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use operator::api::schema::PtahSchema;
+    use operator::api::source::VerificationEvidence;
+    use operator::api::status::signer_evidence_digest;
+    use serde_json::json;
+
+    use super::*;
+
+    fn evidence(key: &str) -> VerificationEvidence {
+        serde_json::from_value(json!({
+            "policy": {"name": "v", "key": "policy.yaml", "uid": "u", "digest": format!("sha256:{}", "1".repeat(64))},
+            "keyFingerprint": format!("sha256:{}", key.repeat(64)),
+            "signatureDigest": format!("sha256:{}", "3".repeat(64)),
+        }))
+        .expect("evidence")
+    }
+
+    fn schema_verified_by(v: &VerificationEvidence) -> Resource {
+        let s: PtahSchema = serde_json::from_value(json!({
+            "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
+            "metadata": {"name": "orders", "namespace": "app"},
+            "spec": {
+                "source": {"oci": {"ociRef": "oci://r/app:v1"},
+                           "verificationPolicyFrom": {"name": "v", "key": "policy.yaml"}},
+                "target": {"engine": "PostgreSQL", "urlFrom": {"name": "db", "key": "url"}, "coordinationKey": "k"},
+            },
+            "status": {"source": {
+                "kind": "OCI", "contentDigest": format!("sha256:{}", "4".repeat(64)),
+                "revision": "v1@sha256:x", "verification": v,
+            }},
+        }))
+        .expect("schema");
+        Resource::Schema(Box::new(s))
+    }
+
+    fn oci_binding(bound: Option<String>) -> SourceBinding {
+        serde_json::from_value(json!({
+            "kind": "OCI",
+            "contentDigest": format!("sha256:{}", "4".repeat(64)),
+            "resolvedReference": "r/app@sha256:4444",
+            "signerEvidenceDigest": bound,
+        }))
+        .expect("binding")
+    }
+
+    fn line<'a>(lines: &'a [(String, String)], key: &str) -> Option<&'a str> {
+        lines
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn provenance_names_the_signer_only_for_the_evidence_the_plan_bound() {
+        let v = evidence("2");
+        let r = schema_verified_by(&v);
+        let bound = signer_evidence_digest(&v);
+        let lines = provenance(&r, &oci_binding(bound.clone()));
+        assert_eq!(line(&lines, "artifact"), Some("r/app@sha256:4444"));
+        assert_eq!(
+            line(&lines, "signer key"),
+            v.key_fingerprint.as_deref(),
+            "{lines:?}"
+        );
+        assert_eq!(line(&lines, "evidence"), bound.as_deref());
+
+        // Status verified by another key since: the plan's signer is not
+        // named from it.
+        let r = schema_verified_by(&evidence("5"));
+        let lines = provenance(&r, &oci_binding(bound));
+        assert_eq!(line(&lines, "signer key"), None, "{lines:?}");
+        assert!(
+            line(&lines, "signer").is_some_and(|s| s.contains("moved on")),
+            "{lines:?}"
+        );
+
+        let lines = provenance(&r, &oci_binding(None));
+        assert_eq!(line(&lines, "signer"), Some("none bound"));
+    }
 }

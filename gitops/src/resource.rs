@@ -315,6 +315,14 @@ impl Resource {
         }
     }
 
+    /// What Verify established of the source now in status (OCI only).
+    pub fn verification(&self) -> Option<&operator::api::source::VerificationEvidence> {
+        match self {
+            Resource::Schema(s) => s.status.as_ref()?.source.as_ref()?.verification.as_ref(),
+            Resource::Migration(m) => m.status.as_ref()?.source.as_ref()?.verification.as_ref(),
+        }
+    }
+
     /// The OCI reference `spec.source.oci.ociRef` names, if the source is OCI.
     pub fn oci_ref(&self) -> Option<String> {
         match self {

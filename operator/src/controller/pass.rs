@@ -321,6 +321,7 @@ impl<F: Family> Pass<'_, F> {
             plan: F::plan_named(&st),
             claim: claim.map(|c| (c.operation_id.as_str(), c.job_name.as_deref())),
             journal: F::journal(&st),
+            provenance: change::provenance(st.source()),
         };
         let mut new_id = [0u8; 16];
         new_id.copy_from_slice(

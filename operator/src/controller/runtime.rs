@@ -96,12 +96,12 @@ pub fn census(stores: &super::Stores, me: Option<Claimant>) -> RealmVerdict {
     };
     // Only the resources that may share `me`'s database are hashed: the
     // census runs on every pass, over every resource.
-    let schemas = stores.schemas.state_filter(|s| {
-        realm::may_share(&me, s.metadata.namespace.as_deref(), &s.spec.target)
-    });
-    let migrations = stores.migrations.state_filter(|m| {
-        realm::may_share(&me, m.metadata.namespace.as_deref(), &m.spec.target)
-    });
+    let schemas = stores
+        .schemas
+        .state_filter(|s| realm::may_share(&me, s.metadata.namespace.as_deref(), &s.spec.target));
+    let migrations = stores
+        .migrations
+        .state_filter(|m| realm::may_share(&me, m.metadata.namespace.as_deref(), &m.spec.target));
     let all: Vec<Claimant> = schemas
         .iter()
         .filter_map(|s| realm::claimant_of_schema(s))
@@ -527,7 +527,11 @@ pub async fn sweep(
     let listed = ctx.stores().jobs.state_filter(|j| {
         let m = &j.metadata;
         m.namespace.as_deref() == Some(ns)
-            && m.labels.as_ref().and_then(|l| l.get(key)).map(String::as_str) == Some(value)
+            && m.labels
+                .as_ref()
+                .and_then(|l| l.get(key))
+                .map(String::as_str)
+                == Some(value)
     });
     for job in listed {
         let job = (*job).clone();

@@ -27,8 +27,8 @@ use crate::lifecycle::conditions;
 use crate::lifecycle::realm;
 use crate::lifecycle::schema::{Effect, Observation, PlanVerdict};
 use crate::protocol::database::PlanOutcome;
-use crate::telemetry::change::Where;
 use crate::runner::reports::PlanDocument;
+use crate::telemetry::change::Where;
 
 impl Family for PtahSchema {
     super::family::family_fields!(
@@ -310,7 +310,10 @@ mod tests {
             let tables: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
             protected(&list, &tables)
         };
-        assert_eq!(found(&["PUBLIC.Customers"]).as_deref(), Some("PUBLIC.Customers"));
+        assert_eq!(
+            found(&["PUBLIC.Customers"]).as_deref(),
+            Some("PUBLIC.Customers")
+        );
         assert_eq!(
             found(&["public.orders", "billing.audit"]).as_deref(),
             Some("billing.audit")

@@ -442,7 +442,11 @@ fn planning_apply_never_rests_in_planning_ready_false_apply_disabled() {
     assert_ne!(phase(&m), Some(P::Blocked), "apply: Never is not Blocked");
     assert_eq!(stalled_reason(&m), None);
     let ready = conditions::get(&st(&m).conditions, C::Ready).expect("Ready");
-    for part in [mplan(1).name.as_str(), "spec.policy.apply is Never", "OnApproval"] {
+    for part in [
+        mplan(1).name.as_str(),
+        "spec.policy.apply is Never",
+        "OnApproval",
+    ] {
         assert!(ready.message.contains(part), "{}", ready.message);
     }
     assert_eq!(claim(&m), None);

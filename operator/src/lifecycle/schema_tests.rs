@@ -432,7 +432,10 @@ fn planning_destructive_disallowed_goes_blocked() {
     assert_eq!(phase(&s), Some(SchemaPhase::Blocked));
     assert_eq!(stalled_reason(&s), Some(Reason::DestructiveChangesDisabled));
     let message = stalled_message(&s);
-    assert!(message.contains("spec.policy.allowDestructive"), "{message}");
+    assert!(
+        message.contains("spec.policy.allowDestructive"),
+        "{message}"
+    );
 
     // The message quotes the statement, on one line.
     let mut s = planning_from(observing());
@@ -445,7 +448,10 @@ fn planning_destructive_disallowed_goes_blocked() {
     });
     run(&mut s, o, 4);
     let message = stalled_message(&s);
-    for part in [&destructive(1).name, "ALTER TABLE public.orders DROP COLUMN note"] {
+    for part in [
+        &destructive(1).name,
+        "ALTER TABLE public.orders DROP COLUMN note",
+    ] {
         assert!(message.contains(part), "{message}");
     }
 }
@@ -458,7 +464,11 @@ fn planning_apply_never_goes_blocked() {
     assert_eq!(phase(&fx_s), Some(SchemaPhase::Blocked));
     assert_eq!(stalled_reason(&fx_s), Some(Reason::ApplyDisabled));
     let message = stalled_message(&fx_s);
-    for part in [plan(1).name.as_str(), "spec.policy.apply is Never", "OnApproval"] {
+    for part in [
+        plan(1).name.as_str(),
+        "spec.policy.apply is Never",
+        "OnApproval",
+    ] {
         assert!(message.contains(part), "{message}");
     }
     assert!(

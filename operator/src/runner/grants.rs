@@ -137,7 +137,11 @@ fn privilege(words: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ");
-    if text == "ALL" { "ALL PRIVILEGES".into() } else { text }
+    if text == "ALL" {
+        "ALL PRIVILEGES".into()
+    } else {
+        text
+    }
 }
 
 /// The grant `sql` makes, with `database` for an unqualified table; `None`
@@ -153,10 +157,7 @@ pub fn parse(sql: &str, database: &str) -> Option<Grant> {
     if to <= on + 1 || on < 2 {
         return None;
     }
-    let privileges: BTreeSet<String> = t[1..on]
-        .split(|w| w == ",")
-        .map(privilege)
-        .collect();
+    let privileges: BTreeSet<String> = t[1..on].split(|w| w == ",").map(privilege).collect();
     if privileges.iter().any(String::is_empty) {
         return None;
     }
@@ -362,9 +363,6 @@ mod tests {
 
     #[test]
     fn an_account_is_quoted_for_show_grants() {
-        assert_eq!(
-            account(&("o'brien".into(), "%".into())),
-            "'o''brien'@'%'"
-        );
+        assert_eq!(account(&("o'brien".into(), "%".into())), "'o''brien'@'%'");
     }
 }

@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use sha2::{Digest, Sha256};
 
 use crate::api::journal::{JournalEntry, JournalEntryType};
+use crate::api::source::SourceStatus;
 use crate::api::trace::{ChangeTrace, HeldStage, Stage};
 
 /// At most this many Jobs are named per stage.
@@ -62,6 +63,41 @@ pub struct Facts<'a> {
     pub claim: Option<(&'a str, Option<&'a str>)>,
     /// The journal.
     pub journal: &'a [JournalEntry],
+    /// Where the source came from and who signed it ([`provenance`]).
+    pub provenance: Vec<(&'static str, String)>,
+}
+
+/// The source's provenance as the Decision span carries it: the revision,
+/// the Git commit or the artifact digest, and the signer Verify accepted
+/// (never a secret: identities, fingerprints and digests).
+pub fn provenance(src: Option<&SourceStatus>) -> Vec<(&'static str, String)> {
+    let Some(src) = src else {
+        return Vec::new();
+    };
+    let mut a = vec![
+        ("ptah.source.kind", tag(&src.kind)),
+        ("ptah.source.revision", src.revision.clone()),
+        ("ptah.source.digest", src.content_digest.clone()),
+    ];
+    if let Some(g) = &src.git {
+        a.push(("ptah.source.commit", g.commit.clone()));
+    }
+    if let Some(o) = &src.oci {
+        a.push(("ptah.source.artifact", o.resolved_reference.clone()));
+    }
+    if let Some(v) = &src.verification {
+        if let Some(id) = &v.signer_identity {
+            a.push(("ptah.signer.subject", id.subject.clone()));
+            a.push(("ptah.signer.issuer", id.issuer.clone()));
+        }
+        if let Some(k) = &v.key_fingerprint {
+            a.push(("ptah.signer.key", k.clone()));
+        }
+        if let Some(d) = crate::api::status::signer_evidence_digest(v) {
+            a.push(("ptah.signer.evidence", d));
+        }
+    }
+    a
 }
 
 /// A span to export, with its ids and times fixed.
@@ -346,6 +382,10 @@ fn stage_span(t: &ChangeTrace, s: &HeldStage, facts: &Facts<'_>) -> SpanRecord {
         attributes.push(("ptah.plan.name", name.to_string()));
         attributes.push(("ptah.plan.fingerprint", fingerprint.to_string()));
     }
+    // A reviewer's decision is about where the plan came from.
+    if s.stage == Stage::Decision {
+        attributes.extend(facts.provenance.iter().cloned());
+    }
     let mut events = Vec::new();
     let mut error = false;
     for e in facts
@@ -443,6 +483,7 @@ mod tests {
             plan: None,
             claim: None,
             journal,
+            provenance: vec![("ptah.signer.key", "sha256:k".into())],
         }
     }
 
@@ -553,6 +594,18 @@ mod tests {
         );
         let decision = &spans[2];
         assert_eq!(decision.end.duration_since(decision.start).as_secs(), 2280);
+        // The decision carries the source's provenance; no other stage does.
+        assert!(
+            decision
+                .attributes
+                .contains(&("ptah.signer.key", "sha256:k".into()))
+        );
+        assert!(
+            spans
+                .iter()
+                .filter(|s| s.name != "Decision")
+                .all(|s| s.attributes.iter().all(|(k, _)| *k != "ptah.signer.key"))
+        );
         let root = &spans[5];
         assert_eq!((root.start, root.end, root.parent), (t(0), t(2330), None));
         assert!(root.attributes.contains(&("ptah.outcome", "InSync".into())));

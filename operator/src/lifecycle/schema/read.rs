@@ -248,7 +248,11 @@ impl Machine<'_> {
                 if proof {
                     self.proof_drift_remains();
                 }
-                self.verdict(plan, protected_table.as_deref(), destructive_statement.as_deref());
+                self.verdict(
+                    plan,
+                    protected_table.as_deref(),
+                    destructive_statement.as_deref(),
+                );
             }
         }
     }
@@ -378,7 +382,12 @@ impl Machine<'_> {
             None
         };
         if let Some((reason, message)) = blocked {
-            self.cond(C::ApprovalRequired, ConditionStatus::False, reason, &message);
+            self.cond(
+                C::ApprovalRequired,
+                ConditionStatus::False,
+                reason,
+                &message,
+            );
             self.block(reason, &message);
         } else if automatic {
             self.cond(
