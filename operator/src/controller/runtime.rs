@@ -260,12 +260,17 @@ pub async fn claim_job(
         return Ok(ClaimJob::Unnamed);
     };
     // The Job store first: a Job ours in it is running or has ended (an end
-    // is never undone); one not there yet is read from the API server.
+    // is never undone); one not there yet is read from the API server. So
+    // is one the store has shown running for over a minute: at 300
+    // schemas the store held an Apply Job as running 28 minutes after it
+    // completed, and the claim (with its database's realm Lease) waited
+    // on it all that time.
     let stored = ctx
         .stores()
         .jobs
         .get(&kube::runtime::reflector::ObjectRef::new(job_name).within(ns))
         .filter(|j| is_job_of_claim(j, &claim_input(c), owner_uid))
+        .filter(|j| super::harvest::terminal(j) || !running_longer_than(j, STORE_TRUSTED_RUNNING))
         .map(|j| (*j).clone());
     let job = match stored {
         Some(j) => Some(j),
@@ -287,6 +292,21 @@ pub async fn claim_job(
         None => ClaimJob::Missing {
             stored: stored_result(ctx, to, c).await?.is_some(),
         },
+    })
+}
+
+/// How long a Job the store shows running is taken from the store.
+const STORE_TRUSTED_RUNNING: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether `job` was created more than `limit` ago.
+fn running_longer_than(job: &Job, limit: std::time::Duration) -> bool {
+    job.metadata.creation_timestamp.as_ref().is_some_and(|t| {
+        now()
+            .0
+            .duration_since(t.0)
+            .as_secs()
+            .try_into()
+            .is_ok_and(|s: u64| s > limit.as_secs())
     })
 }
 
@@ -830,6 +850,20 @@ fn classify(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_the_store_shows_running_is_trusted_for_a_minute() {
+        let created = |secs_ago: i64| {
+            let mut j = Job::default();
+            j.metadata.creation_timestamp = Some(Time(
+                now().0 - k8s_openapi::jiff::SignedDuration::from_secs(secs_ago),
+            ));
+            j
+        };
+        assert!(!running_longer_than(&created(10), STORE_TRUSTED_RUNNING));
+        assert!(running_longer_than(&created(61 + 5), STORE_TRUSTED_RUNNING));
+        assert!(!running_longer_than(&Job::default(), STORE_TRUSTED_RUNNING));
+    }
 
     #[test]
     fn only_the_suspend_flag_moved_is_a_suspend_or_resume() {
