@@ -73,7 +73,7 @@ const SCHEMA_READINGS: &[Row] = &[
 const MIGRATION_READINGS: &[Row] = &[
     // case                phase                     Argo CD        the message says
     ("declared",           None,                     "Progressing", "first read"),
-    ("never",              Some("Planning"),         "Suspended",   "ApplyDisabled"),
+    ("never",              Some("Planning"),         "Suspended",   "spec.policy.apply is Never"),
     ("awaiting approval",  Some("AwaitingApproval"), "Suspended",   "approval"),
     ("in sync",            Some("InSync"),           "Healthy",     "HistoryMatched"),
     ("dirty row",          Some("Blocked"),          "Degraded",    "HistoryDirty"),
