@@ -90,37 +90,10 @@ fn keyword(t: &str, k: &str) -> bool {
     t.eq_ignore_ascii_case(k)
 }
 
-/// `name` without its quotes, doubled quotes undone.
-fn unquote(name: &str) -> String {
-    for q in ['`', '\'', '"'] {
-        if name.len() >= 2 && name.starts_with(q) && name.ends_with(q) {
-            let inner = &name[1..name.len() - 1];
-            return inner.replace(&format!("{q}{q}"), &q.to_string());
-        }
-    }
-    name.to_string()
-}
-
-/// Splits `a.b`, `` `a`.`b` `` or `` `a`@`b` `` at `sep` outside quotes.
-fn split_outside_quotes(s: &str, sep: char) -> Vec<String> {
-    let mut parts = vec![String::new()];
-    let mut quote: Option<char> = None;
-    for c in s.chars() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None if matches!(c, '`' | '\'' | '"') => quote = Some(c),
-            None if c == sep => {
-                parts.push(String::new());
-                continue;
-            }
-            None => {}
-        }
-        if let Some(last) = parts.last_mut() {
-            last.push(c);
-        }
-    }
-    parts
+/// The parts of `name` between `sep`s, unquoted (MariaDB quotes names
+/// with backquotes, an account's parts also with single quotes).
+fn parts(name: &str, sep: char) -> Vec<String> {
+    super::reports::split_unquoted(name, sep, &['`', '\'', '"'])
 }
 
 /// A privilege as `SHOW GRANTS` spells it: keywords upper-cased, column
@@ -147,8 +120,8 @@ fn privilege(words: &[String]) -> String {
 /// The grant `sql` makes, with `database` for an unqualified table; `None`
 /// for any other statement (a role granted to a user, a proxy grant, …).
 pub fn parse(sql: &str, database: &str) -> Option<Grant> {
-    let sql = sql.trim().trim_end_matches(';').trim();
-    let t = tokens(sql)?;
+    let sql = super::reports::strip_comments(sql);
+    let t = tokens(sql.trim().trim_end_matches(';').trim())?;
     if !keyword(t.first()?, "GRANT") {
         return None;
     }
@@ -169,9 +142,9 @@ pub fn parse(sql: &str, database: &str) -> Option<Grant> {
     let [object] = object_words else {
         return None;
     };
-    let object = match split_outside_quotes(object, '.').as_slice() {
-        [table] => (database.to_string(), unquote(table)),
-        [db, table] => (unquote(db), unquote(table)),
+    let object = match parts(object, '.').as_slice() {
+        [table] => (database.to_string(), table.clone()),
+        [db, table] => (db.clone(), table.clone()),
         _ => return None,
     };
     // The grantee, up to what `SHOW GRANTS` may add after it.
@@ -187,9 +160,9 @@ pub fn parse(sql: &str, database: &str) -> Option<Grant> {
     let [grantee] = &rest[..end] else {
         return None;
     };
-    let grantee = match split_outside_quotes(grantee, '@').as_slice() {
-        [user] => (unquote(user), "%".to_string()),
-        [user, host] => (unquote(user), unquote(host)),
+    let grantee = match parts(grantee, '@').as_slice() {
+        [user] => (user.clone(), "%".to_string()),
+        [user, host] => (user.clone(), host.clone()),
         _ => return None,
     };
     let tail: Vec<String> = rest[end..].iter().map(|w| w.to_ascii_uppercase()).collect();

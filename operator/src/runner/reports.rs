@@ -640,13 +640,19 @@ fn qualify(name: &str, default_schema: &str) -> String {
 
 /// The dot-separated parts of an identifier, quotes (`"` and `` ` ``) removed.
 fn split_qualified(name: &str) -> Vec<String> {
+    split_unquoted(name, '.', &['"', '`'])
+}
+
+/// The parts of `name` between the `sep`s outside `quotes`, each with its
+/// quotes removed; a `(` outside quotes ends the name.
+pub(crate) fn split_unquoted(name: &str, sep: char, quotes: &[char]) -> Vec<String> {
     let mut parts = vec![String::new()];
     let mut quote: Option<char> = None;
     for c in name.chars() {
         match (quote, c) {
-            (None, '"' | '`') => quote = Some(c),
+            (None, c) if quotes.contains(&c) => quote = Some(c),
             (Some(q), c) if c == q => quote = None,
-            (None, '.') => parts.push(String::new()),
+            (None, c) if c == sep => parts.push(String::new()),
             (None, '(') => break,
             (_, c) => parts.last_mut().expect("one part").push(c),
         }
