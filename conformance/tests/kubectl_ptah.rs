@@ -13,9 +13,13 @@
 //! * A migration: `plan` shows versions and checksums and no SQL; `approve
 //!   --yes --wait` runs it to `InSync`; `history`; `refresh --wait` starts a
 //!   history read.
-//! * `set-source` on a resource nobody else manages: `--dry-run` changes
-//!   nothing, then the resource reaches `InSync` on the new artifact's
-//!   digest, and the field is owned by `kubectl-ptah`.
+//! * `set-source` on a resource nobody else manages, under `apply:
+//!   OnApproval`: `--dry-run` changes nothing, then the new artifact's plan
+//!   waits for its approval; an approval naming another signer key is
+//!   refused at admission (`spec.source.keyFingerprint`); `approve --yes
+//!   --wait` reaches `InSync` on the new artifact's digest, the approval
+//!   names that digest and the key that signed it, `plan --applied` shows
+//!   them, and the field is owned by `kubectl-ptah`.
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -30,7 +34,7 @@ use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::oci::{
     Registry, key_policy, push_schema_file, run_ok, sign_command, signed_by_new_key,
 };
-use conformance::testkit::operator::Operator;
+use conformance::testkit::operator::{Operator, create_admitted};
 use conformance::testkit::plugin::{Plugin, Ran, answer, read_until};
 use operator::admission::webhook_configurations;
 use operator::api::condition::{MigrationPhase, SchemaPhase};
@@ -492,12 +496,28 @@ async fn set_source_moves_an_unmanaged_schema_to_another_artifact() -> anyhow::R
         "oci": {"ociRef": format!("oci://{v1}"), "transport": {"plainHTTP": true}},
         "verificationPolicyFrom": {"name": "verification", "key": "policy.yaml"},
     });
-    executor::schema_from(&ns, &db, "orders", source, json!({"apply": "Always"})).await?;
+    executor::schema_from(&ns, &db, "orders", source, json!({"apply": "OnApproval"})).await?;
     let operator = Operator::start(&ns, webhook_configurations).await?;
     let k = Plugin::new(&ns)?;
-    ok(
+    let awaiting = [
         "wait",
-        k.run(&["wait", "schema/orders", "--timeout", "180s"])?,
+        "schema/orders",
+        "--for",
+        "AwaitingApproval",
+        "--timeout",
+        "180s",
+    ];
+    ok("wait for v1's plan", k.run(&awaiting)?).with_context(|| operator.log())?;
+    ok(
+        "approve v1",
+        k.run(&[
+            "approve",
+            "schema/orders",
+            "--yes",
+            "--wait",
+            "--timeout",
+            "180s",
+        ])?,
     )
     .with_context(|| operator.log())?;
 
@@ -527,9 +547,47 @@ async fn set_source_moves_an_unmanaged_schema_to_another_artifact() -> anyhow::R
         "{}",
         ran.stdout
     );
+    ok("wait for v2's plan", k.run(&awaiting)?).with_context(|| operator.log())?;
+    // An approval naming a signer other than the one the plan bound is
+    // refused at admission, naming the field.
+    let s: PtahSchema = ns.api().get("orders").await?;
+    let plan_of_v2 = s
+        .status
+        .as_ref()
+        .and_then(|st| st.plan.clone())
+        .context("v2's plan")?;
+    let forged = create_admitted::<PtahSchemaApproval>(
+        &ns,
+        json!({
+            "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchemaApproval",
+            "metadata": {"name": "forged-signer"},
+            "spec": {
+                "schemaRef": {"name": "orders", "uid": s.metadata.uid.clone().unwrap_or_default()},
+                "planRef": {"name": plan_of_v2.name, "uid": plan_of_v2.uid},
+                "planFingerprint": plan_of_v2.fingerprint,
+                "source": {"kind": "OCI", "contentDigest": two.digest,
+                           "keyFingerprint": format!("sha256:{}", "0".repeat(64))},
+            },
+        }),
+    )
+    .await;
+    let why = format!(
+        "{:#}",
+        forged
+            .err()
+            .context("an approval naming another signer was admitted")?
+    );
+    assert!(why.contains("spec.source.keyFingerprint"), "{why}");
     ok(
-        "wait after set-source",
-        k.run(&["wait", "schema/orders", "--timeout", "180s"])?,
+        "approve v2",
+        k.run(&[
+            "approve",
+            "schema/orders",
+            "--yes",
+            "--wait",
+            "--timeout",
+            "180s",
+        ])?,
     )
     .with_context(|| operator.log())?;
     let s = operator
@@ -571,7 +629,10 @@ async fn set_source_moves_an_unmanaged_schema_to_another_artifact() -> anyhow::R
         .and_then(|st| st.source.as_ref())
         .and_then(|src| src.verification.clone())
         .context("verification evidence")?;
-    let fingerprint = verification.key_fingerprint.context("a key fingerprint")?;
+    let fingerprint = verification
+        .key_fingerprint
+        .clone()
+        .context("a key fingerprint")?;
     for part in [
         two.digest.as_str(),
         "signer key",
@@ -581,6 +642,31 @@ async fn set_source_moves_an_unmanaged_schema_to_another_artifact() -> anyhow::R
         assert!(provenance.contains(part), "{part:?} is not in {provenance}");
     }
     assert!(!provenance.contains("moved on"), "{provenance}");
+    // The approval names what it approved: v2's digest and the key that
+    // signed it, as the plan bound them.
+    let approvals = ns
+        .api::<PtahSchemaApproval>()
+        .list(&Default::default())
+        .await?;
+    let approved = approvals
+        .items
+        .iter()
+        .find(|a| a.spec.plan_ref.uid == plan_of_v2.uid)
+        .context("the approval of v2's plan")?;
+    let named = approved.spec.source.clone().context("spec.source")?;
+    assert_eq!(named.content_digest, two.digest, "{named:?}");
+    assert!(
+        named
+            .resolved_reference
+            .as_deref()
+            .is_some_and(|r| r.ends_with(&two.digest)),
+        "{named:?}"
+    );
+    assert_eq!(named.key_fingerprint.as_deref(), Some(fingerprint.as_str()));
+    assert_eq!(
+        named.signer_evidence_digest,
+        operator::api::status::signer_evidence_digest(&verification)
+    );
     let owner = s
         .metadata
         .managed_fields

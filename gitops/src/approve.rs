@@ -7,6 +7,7 @@
 use kube::api::{Api, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Client, ResourceExt};
+use operator::api::approval::ApprovedSource;
 use operator::api::journal::JournalEntryType;
 use serde_json::json;
 
@@ -15,7 +16,11 @@ use crate::resource::{Resource, get};
 use crate::{Failure, exit};
 
 /// The approval object for the plan `(name, uid, fingerprint)` of `r`.
-pub fn approval_object(r: &Resource, plan: &(String, String, String)) -> serde_json::Value {
+pub fn approval_object(
+    r: &Resource,
+    plan: &(String, String, String),
+    source: &ApprovedSource,
+) -> serde_json::Value {
     let (name, uid, fingerprint) = plan;
     let (kind, owner) = match r {
         Resource::Schema(_) => ("PtahSchemaApproval", "schemaRef"),
@@ -29,6 +34,8 @@ pub fn approval_object(r: &Resource, plan: &(String, String, String)) -> serde_j
             owner: {"name": r.name(), "uid": r.uid()},
             "planRef": {"name": name, "uid": uid},
             "planFingerprint": fingerprint,
+            // What was shown: admission refuses it unless it is the plan's.
+            "source": source,
         },
     })
 }
@@ -81,9 +88,10 @@ pub async fn create(
     client: &Client,
     r: &Resource,
     plan: &(String, String, String),
+    source: &ApprovedSource,
 ) -> Result<(String, String, String), Failure> {
     let ns = r.namespace();
-    let value = approval_object(r, plan);
+    let value = approval_object(r, plan, source);
     let pp = PostParams::default();
     let plural = match r {
         Resource::Schema(_) => "ptahschemaapprovals",
@@ -189,8 +197,17 @@ mod tests {
     fn the_approval_names_the_plan_by_uid_and_fingerprint() {
         let r = schema("AwaitingApproval", Some(("orders-1", "p1")));
         let plan = approvable(&r).expect("approvable");
-        let a = approval_object(&r, &plan);
+        let source: ApprovedSource = serde_json::from_value(json!({
+            "kind": "Git", "contentDigest": format!("sha256:{}", "1".repeat(64)),
+            "commit": "0123456789abcdef0123456789abcdef01234567",
+        }))
+        .unwrap();
+        let a = approval_object(&r, &plan, &source);
         assert_eq!(a["kind"], "PtahSchemaApproval");
+        assert_eq!(
+            a["spec"]["source"]["commit"], "0123456789abcdef0123456789abcdef01234567",
+            "the approval names the source it was shown"
+        );
         assert_eq!(
             a["spec"]["schemaRef"],
             json!({"name": "orders", "uid": "s1"})

@@ -7,7 +7,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use operator::api::{PtahMigration, PtahSchema};
 
-use crate::follow::{self, parse_timeout};
+use crate::follow::{self, For, parse_timeout};
 use crate::output::{self, Format};
 use crate::plan::Which;
 use crate::resource::{Kind, Resource, Target, get};
@@ -21,6 +21,7 @@ Examples:
   kubectl ptah plan schema/orders --applied         the plan the last confirmed Apply ran
   kubectl ptah approve schema/orders --wait         approve the exact plan shown, follow it to InSync
   kubectl ptah wait migration/orders --timeout 10m  until InSync; exit 2 on Blocked or Failed
+  kubectl ptah wait migration/orders --for=version=3  until the database is at version 3 or later
   kubectl ptah refresh migration/orders --wait      read the database again now
   kubectl ptah set-source schema/orders oci://registry.example/app/schema:v2
   kubectl ptah history schema/orders                the journal, with coveredSince
@@ -81,12 +82,12 @@ pub enum Command {
         #[arg(long, default_value = "10m", value_parser = parse_timeout)]
         timeout: Duration,
     },
-    /// Wait until InSync (or --for a phase); Blocked and Failed end the wait with exit 2.
+    /// Wait until InSync, --for a phase, --for=version=N (a migration's database at N or later) or --for=digest=sha256:… (a schema InSync at that content); Blocked and Failed end the wait with exit 2.
     Wait {
         target: Target,
-        /// The phase to wait for.
+        /// A phase, version=N or digest=sha256:….
         #[arg(long = "for", default_value = "InSync")]
-        for_phase: String,
+        for_: For,
         #[arg(long, default_value = "5m", value_parser = parse_timeout)]
         timeout: Duration,
     },
@@ -240,7 +241,8 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                     shown.0
                 )));
             }
-            let (name, uid, approver) = approve::create(&client, &r, &shown).await?;
+            let (name, uid, approver) =
+                approve::create(&client, &r, &shown, &view.approves).await?;
             eprintln!(
                 "approved plan {} of {} as {name} (approver {approver})",
                 shown.0,
@@ -262,15 +264,28 @@ pub async fn run(args: Args) -> Result<(), Failure> {
         }
         Command::Wait {
             target,
-            for_phase,
+            for_,
             timeout,
         } => {
-            let what = format!("to be {for_phase}");
-            let done = follow::follow(&client, &ns, &target, timeout, &what, |r| {
-                follow::wait_step(r, &for_phase)
+            if let Some(f) = follow::refused(&for_, target.kind) {
+                return Err(f);
+            }
+            let what = format!("to be {for_}");
+            let done = follow::follow(&client, &ns, &target, timeout, &what, |r| match &for_ {
+                For::Phase(phase) => follow::wait_step(r, phase),
+                For::Ready(wanted) => follow::ready_step(r, wanted),
             })
             .await?;
-            eprintln!("{} is {for_phase}", done.cli_name());
+            match &for_ {
+                For::Phase(phase) => eprintln!("{} is {phase}", done.cli_name()),
+                For::Ready(wanted) => {
+                    let now = match &done {
+                        Resource::Schema(s) => operator::api::readiness::of_schema(s, wanted),
+                        Resource::Migration(m) => operator::api::readiness::of_migration(m, wanted),
+                    };
+                    eprintln!("{}", now.as_ref().map_or("", |r| r.sentence()));
+                }
+            }
             Ok(())
         }
         Command::Refresh {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::runtime::watcher::watch_object;
 use kube::{Api, Client};
+use operator::api::readiness::{self, Readiness, Wanted};
 use operator::api::{PtahMigration, PtahSchema};
 
 use crate::resource::{Kind, Resource, Target, missing};
@@ -46,6 +47,67 @@ pub fn wait_step(r: &Resource, phase: &str) -> Step {
         Some(p) if p == phase => Step::Done,
         Some("Blocked" | "Failed") => Step::Stop(ended(r)),
         _ => Step::Continue,
+    }
+}
+
+/// What `wait --for` asks: a phase, or what an application waits for
+/// (`version=N`, `digest=sha256:…`), decided as `ptah-runner await` decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum For {
+    Phase(String),
+    Ready(Wanted),
+}
+
+impl std::str::FromStr for For {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.starts_with("version=") || s.starts_with("digest=") {
+            return s.parse().map(For::Ready);
+        }
+        if s.is_empty() || s.contains('=') {
+            return Err(format!(
+                "{s:?} is not a phase (such as InSync), version=N or digest=sha256:…"
+            ));
+        }
+        Ok(For::Phase(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for For {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            For::Phase(p) => f.write_str(p),
+            For::Ready(w) => w.fmt(f),
+        }
+    }
+}
+
+/// Why `for_` cannot be asked of `kind`, as a bad command line.
+pub fn refused(for_: &For, kind: Kind) -> Option<Failure> {
+    let For::Ready(w) = for_ else { return None };
+    readiness::refusal(w, kind == Kind::Schema).map(Failure::usage)
+}
+
+/// `wait --for=version=N|digest=…`: done when it holds; `Blocked` or
+/// `Failed` short of it end the wait, naming what it waited on.
+pub fn ready_step(r: &Resource, wanted: &Wanted) -> Step {
+    let now = match r {
+        Resource::Schema(s) => readiness::of_schema(s, wanted),
+        Resource::Migration(m) => readiness::of_migration(m, wanted),
+    };
+    match now {
+        Some(Readiness::Ready(_)) => Step::Done,
+        Some(Readiness::Waiting(_)) => Step::Continue,
+        Some(Readiness::Ended(s)) => Step::Stop(Failure::new(exit::BLOCKED_OR_FAILED, s)),
+        None => Step::Stop(
+            refused(&For::Ready(wanted.clone()), r.kind()).unwrap_or_else(|| {
+                Failure::usage(format!(
+                    "--for={wanted} cannot be asked of {}",
+                    r.cli_name()
+                ))
+            }),
+        ),
     }
 }
 
@@ -238,6 +300,56 @@ mod tests {
             ),
             Step::Done
         ));
+    }
+
+    fn migration_at(version: i64, phase: &str) -> Resource {
+        crate::fixtures::resource(
+            Kind::Migration,
+            1,
+            serde_json::json!({
+                "observedGeneration": 1, "phase": phase,
+                "history": {"currentVersion": version},
+                "conditions": [{
+                    "type": "Ready", "status": "False", "reason": "HistoryDirty",
+                    "message": "version 3 is dirty", "lastTransitionTime": "2026-12-01T00:00:00Z",
+                }],
+            }),
+        )
+    }
+
+    #[test]
+    fn for_parses_phases_versions_and_digests() {
+        assert_eq!("InSync".parse(), Ok(For::Phase("InSync".into())));
+        assert_eq!("version=3".parse(), Ok(For::Ready(Wanted::Version(3))));
+        let e = "version=x".parse::<For>().unwrap_err();
+        assert!(e.contains("version=\"x\""), "{e}");
+        assert!("phase=InSync".parse::<For>().is_err());
+        let v: For = "version=3".parse().unwrap();
+        assert_eq!(refused(&v, Kind::Schema).map(|f| f.code), Some(exit::USAGE));
+        assert!(refused(&v, Kind::Migration).is_none());
+    }
+
+    #[test]
+    fn wait_for_a_version_is_done_at_it_or_later_and_stops_when_blocked_short_of_it() {
+        assert!(matches!(
+            ready_step(&migration_at(3, "InSync"), &Wanted::Version(3)),
+            Step::Done
+        ));
+        assert!(matches!(
+            ready_step(&migration_at(2, "Applying"), &Wanted::Version(3)),
+            Step::Continue
+        ));
+        let Step::Stop(f) = ready_step(&migration_at(2, "Blocked"), &Wanted::Version(3)) else {
+            panic!("Blocked short of the version ends the wait");
+        };
+        assert_eq!(f.code, exit::BLOCKED_OR_FAILED);
+        assert!(
+            f.message.contains(
+                "waits for version 3; the database is at version 2; it is Blocked (HistoryDirty)"
+            ),
+            "{}",
+            f.message
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! `--applied` shows the plan the last confirmed Apply (or run) carried out.
 
 use kube::{Api, Client};
+use operator::api::approval::ApprovedSource;
 use operator::api::status::SourceBinding;
 use operator::api::{PtahMigrationPlan, PtahSchemaPlan};
 use operator::runner::reports::PlanDocument;
@@ -49,6 +50,9 @@ pub struct PlanView {
     /// Where the plan's input came from and who vouched for it: the commit,
     /// the artifact digest, the verified signer.
     pub provenance: Vec<(String, String)>,
+    /// What an approval of this plan names as its source (`spec.source`).
+    #[serde(skip)]
+    pub approves: ApprovedSource,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub statements: Vec<Statement>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -311,6 +315,7 @@ pub fn schema_view(r: &Resource, plan: &PtahSchemaPlan, bytes: &[u8]) -> PlanVie
         findings,
         source: source_lines(&spec.source),
         provenance: provenance(r, &spec.source),
+        approves: ApprovedSource::of(&spec.source, r.verification()),
         statements,
         versions: vec![],
     }
@@ -351,6 +356,7 @@ pub fn migration_view(r: &Resource, plan: &PtahMigrationPlan) -> PlanView {
         findings,
         source: source_lines(&spec.source),
         provenance: provenance(r, &spec.source),
+        approves: ApprovedSource::of(&spec.source, r.verification()),
         statements: vec![],
         versions: spec
             .migrations

@@ -197,7 +197,8 @@ pub fn source_binding() -> SourceBinding {
         source_policy_digest: Some(digest(3)),
         verification_policy_uid: Some("vp-uid".into()),
         verification_policy_digest: Some(digest(4)),
-        signer_evidence_digest: Some(digest(5)),
+        // The digest of the evidence status holds, as Verify binds it.
+        signer_evidence_digest: crate::api::status::signer_evidence_digest(&verification_evidence()),
     }
 }
 
@@ -250,21 +251,25 @@ pub fn source_status() -> SourceStatus {
             layer_digests: vec![digest(6)],
         }),
         source_policy: Some(policy_binding("source-policy", 3)),
-        verification: Some(VerificationEvidence {
-            policy: policy_binding("verification-policy", 4),
-            authority: Some("release-workflow".into()),
-            signer_identity: Some(SignerIdentity {
-                issuer: "https://token.actions.githubusercontent.com".into(),
-                subject:
-                    "https://github.com/acme/db/.github/workflows/release.yaml@refs/heads/main"
-                        .into(),
-            }),
-            key_fingerprint: Some(digest(7)),
-            trust_root_digest: Some(digest(8)),
-            signature_digest: Some(digest(10)),
-            transparency_log_verified: Some(true),
-            verified_at: Some(at(2)),
+        verification: Some(verification_evidence()),
+    }
+}
+
+/// The evidence Verify establishes in [`source_status`], every field set.
+pub fn verification_evidence() -> VerificationEvidence {
+    VerificationEvidence {
+        policy: policy_binding("verification-policy", 4),
+        authority: Some("release-workflow".into()),
+        signer_identity: Some(SignerIdentity {
+            issuer: "https://token.actions.githubusercontent.com".into(),
+            subject: "https://github.com/acme/db/.github/workflows/release.yaml@refs/heads/main"
+                .into(),
         }),
+        key_fingerprint: Some(digest(7)),
+        trust_root_digest: Some(digest(8)),
+        signature_digest: Some(digest(10)),
+        transparency_log_verified: Some(true),
+        verified_at: Some(at(2)),
     }
 }
 
@@ -753,6 +758,12 @@ pub fn migration_plan_example() -> PtahMigrationPlan {
     plan
 }
 
+/// What an approval names of [`source_binding`], the signer of
+/// [`source_status`]'s evidence included.
+pub fn approved_source() -> crate::api::approval::ApprovedSource {
+    crate::api::approval::ApprovedSource::of(&source_binding(), Some(&verification_evidence()))
+}
+
 /// A fully populated PtahSchemaApproval, status included.
 pub fn schema_approval_example() -> PtahSchemaApproval {
     let mut approval = PtahSchemaApproval::new(
@@ -761,6 +772,7 @@ pub fn schema_approval_example() -> PtahSchemaApproval {
             schema_ref: object_ref("orders"),
             plan_ref: object_ref("ptah-plan-abc"),
             plan_fingerprint: digest(15),
+            source: Some(approved_source()),
             approver: Some(identity()),
             approved_at: Some(at(30)),
             mutation_request_uid: Some("admission-uid".into()),
@@ -786,6 +798,7 @@ pub fn migration_approval_example() -> PtahMigrationApproval {
             migration_ref: object_ref("orders"),
             plan_ref: object_ref("ptah-mplan-abc"),
             plan_fingerprint: digest(15),
+            source: Some(approved_source()),
             approver: Some(identity()),
             approved_at: Some(at(30)),
             mutation_request_uid: Some("admission-uid".into()),

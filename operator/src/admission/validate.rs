@@ -9,7 +9,10 @@ use std::fmt;
 
 use kube::ResourceExt;
 
+use crate::api::approval::ApprovedSource;
 use crate::api::common::{Identity, ObjectRef};
+use crate::api::source::VerificationEvidence;
+use crate::api::status::SourceBinding;
 use crate::api::{
     PtahMigration, PtahMigrationApproval, PtahMigrationPlan, PtahMigrationRunAcknowledgment,
     PtahSchema, PtahSchemaApproval, PtahSchemaPlan,
@@ -156,6 +159,20 @@ pub enum Refusal {
         /// The user name of the request.
         requester: String,
     },
+    /// The source the approval names is not the one the plan was made from.
+    #[error(
+        "{field}: the approval names {named}, but plan {plan} was made from {current}; approve the plan as `kubectl ptah plan` shows it"
+    )]
+    OtherSource {
+        /// The field under `spec.source`.
+        field: &'static str,
+        /// The plan.
+        plan: String,
+        /// The value the approval names.
+        named: String,
+        /// The plan's.
+        current: String,
+    },
     /// An update changed the spec.
     #[error("spec: the spec of a {kind} is immutable, the stamps included; create a new one")]
     SpecChanged {
@@ -206,12 +223,15 @@ struct ApprovalNames<'a> {
     resource: &'a ObjectRef,
     plan: &'a ObjectRef,
     fingerprint: &'a str,
+    source: Option<&'a ApprovedSource>,
 }
 
-/// The resource as admission read it: its UID and current plan.
+/// The resource as admission read it: its UID, current plan and the
+/// evidence of its current verification.
 struct Current<'a> {
     uid: &'a str,
     plan: Option<(&'a str, &'a str, &'a str)>,
+    verified: Option<&'a VerificationEvidence>,
 }
 
 /// The plan object as admission read it.
@@ -220,6 +240,7 @@ struct PlanObject<'a> {
     uid: &'a str,
     fingerprint: &'a str,
     owner: &'a ObjectRef,
+    source: &'a SourceBinding,
 }
 
 fn check_resource(
@@ -269,6 +290,7 @@ fn check_approval(
         names.resource,
         current.as_ref().map(|c| c.uid),
     )?;
+    let verified = current.as_ref().and_then(|c| c.verified);
     let Some((plan_name, plan_uid, plan_fingerprint)) = current.and_then(|c| c.plan) else {
         return Err(Refusal::NoCurrentPlan {
             kind: names.resource_kind,
@@ -317,6 +339,19 @@ fn check_approval(
             resource: names.resource.into(),
         });
     }
+    // The fingerprint binds the plan's source; a source the approval names
+    // must be that one, and a signer it names that of the bound evidence.
+    if let Some(named) = names.source {
+        let bound = ApprovedSource::of(object.source, verified);
+        if let Some((field, named, current)) = named.differs_from(&bound) {
+            return Err(Refusal::OtherSource {
+                field,
+                plan: names.plan.name.clone(),
+                named,
+                current,
+            });
+        }
+    }
     Ok(())
 }
 
@@ -346,9 +381,15 @@ pub fn validate_schema_approval(
             resource: &spec.schema_ref,
             plan: &spec.plan_ref,
             fingerprint: &spec.plan_fingerprint,
+            source: spec.source.as_ref(),
         },
         schema.map(|s| Current {
             uid: uid_of(s),
+            verified: s
+                .status
+                .as_ref()
+                .and_then(|st| st.source.as_ref())
+                .and_then(|src| src.verification.as_ref()),
             plan: s
                 .status
                 .as_ref()
@@ -360,6 +401,7 @@ pub fn validate_schema_approval(
             uid: uid_of(p),
             fingerprint: &p.spec.fingerprint,
             owner: &p.spec.schema_ref,
+            source: &p.spec.source,
         }),
     )
 }
@@ -381,9 +423,15 @@ pub fn validate_migration_approval(
             resource: &spec.migration_ref,
             plan: &spec.plan_ref,
             fingerprint: &spec.plan_fingerprint,
+            source: spec.source.as_ref(),
         },
         migration.map(|m| Current {
             uid: uid_of(m),
+            verified: m
+                .status
+                .as_ref()
+                .and_then(|st| st.source.as_ref())
+                .and_then(|src| src.verification.as_ref()),
             plan: m
                 .status
                 .as_ref()
@@ -395,6 +443,7 @@ pub fn validate_migration_approval(
             uid: uid_of(p),
             fingerprint: &p.spec.fingerprint,
             owner: &p.spec.migration_ref,
+            source: &p.spec.source,
         }),
     )
 }

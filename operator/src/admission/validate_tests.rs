@@ -686,3 +686,157 @@ fn an_update_that_keeps_the_spec_is_admitted_and_one_that_changes_it_is_refused(
         "spec: the spec of a PtahSchemaApproval is immutable, the stamps included; create a new one"
     );
 }
+
+// --- What an approval names of the plan's source ---
+
+/// An OCI plan of `orders`, bound to the evidence `verified`, and the schema
+/// naming it as its plan, whose status holds `now` as its evidence.
+fn oci_schema(
+    bound: &VerificationEvidence,
+    now: &VerificationEvidence,
+) -> (PtahSchema, PtahSchemaPlan) {
+    let (mut schema, mut plan) = current_schema();
+    plan.spec.source = SourceBinding {
+        kind: crate::api::source::SourceKind::OCI,
+        content_digest: digest(21),
+        config_map_uid: None,
+        snapshot_name: None,
+        location_digest: None,
+        commit: None,
+        resolved_reference: Some(format!("oci://r.example/app@{}", digest(21))),
+        source_policy_uid: None,
+        source_policy_digest: None,
+        verification_policy_uid: Some("vp".into()),
+        verification_policy_digest: Some(digest(22)),
+        signer_evidence_digest: crate::api::status::signer_evidence_digest(bound),
+    };
+    let mut status = schema.status.take().expect("status");
+    status.source = Some(
+        serde_json::from_value(json!({
+            "kind": "OCI", "contentDigest": digest(21), "revision": "v2@sha256:21",
+            "verification": now,
+        }))
+        .expect("source status"),
+    );
+    schema.status = Some(status);
+    (schema, plan)
+}
+
+fn evidence(key: u8) -> VerificationEvidence {
+    serde_json::from_value(json!({
+        "policy": {"name": "verification", "key": "policy.yaml", "uid": "vp", "digest": digest(22)},
+        "keyFingerprint": digest(key),
+        "signatureDigest": digest(23),
+        "transparencyLogVerified": false,
+    }))
+    .expect("evidence")
+}
+
+fn naming(source: &ApprovedSource) -> PtahSchemaApproval {
+    let mut a = schema_approval(
+        r("orders", "schema-1"),
+        r("plan-1", "plan-uid-1"),
+        &digest(15),
+    );
+    a.spec.source = Some(source.clone());
+    a
+}
+
+#[test]
+fn an_approval_naming_the_plans_source_and_signer_is_admitted() {
+    let v = evidence(30);
+    let (schema, plan) = oci_schema(&v, &v);
+    let named = ApprovedSource::of(&plan.spec.source, Some(&v));
+    assert_eq!(named.key_fingerprint, Some(digest(30)));
+    assert_eq!(
+        validate_schema_approval(&naming(&named), Some(&schema), Some(&plan)),
+        Ok(())
+    );
+    // A ConfigMap plan named as it is.
+    let (schema, plan) = current_schema();
+    let named = ApprovedSource::of(&plan.spec.source, None);
+    assert_eq!(
+        validate_schema_approval(&naming(&named), Some(&schema), Some(&plan)),
+        Ok(())
+    );
+}
+
+#[test]
+fn an_approval_naming_another_source_is_refused_naming_the_field() {
+    let v = evidence(30);
+    let (schema, plan) = oci_schema(&v, &v);
+    let right = ApprovedSource::of(&plan.spec.source, Some(&v));
+    let mut other = right.clone();
+    other.content_digest = digest(40);
+    let m = message(validate_schema_approval(
+        &naming(&other),
+        Some(&schema),
+        Some(&plan),
+    ));
+    assert!(
+        m.starts_with(&format!(
+            "spec.source.contentDigest: the approval names {}, but plan plan-1 was made from {}",
+            digest(40),
+            digest(21)
+        )),
+        "{m}"
+    );
+    let mut other = right.clone();
+    other.key_fingerprint = Some(digest(31));
+    let m = message(validate_schema_approval(
+        &naming(&other),
+        Some(&schema),
+        Some(&plan),
+    ));
+    assert!(m.starts_with("spec.source.keyFingerprint:"), "{m}");
+    // Naming no signer is not a claim about one.
+    let mut unsigned = right;
+    unsigned.key_fingerprint = None;
+    assert_eq!(
+        validate_schema_approval(&naming(&unsigned), Some(&schema), Some(&plan)),
+        Ok(())
+    );
+}
+
+#[test]
+fn a_signer_is_admitted_only_while_the_schema_holds_the_evidence_the_plan_bound() {
+    let (bound, since) = (evidence(30), evidence(31));
+    let (schema, plan) = oci_schema(&bound, &since);
+    let named = ApprovedSource::of(&plan.spec.source, Some(&bound));
+    let m = message(validate_schema_approval(
+        &naming(&named),
+        Some(&schema),
+        Some(&plan),
+    ));
+    assert!(
+        m.starts_with(&format!(
+            "spec.source.keyFingerprint: the approval names {}, but plan plan-1 was made from (none)",
+            digest(30)
+        )),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_migration_approval_naming_another_source_is_refused() {
+    let fp = digest(15);
+    let m =
+        migration(json!({"plan": {"name": "mplan-1", "uid": "mplan-uid-1", "fingerprint": fp}}));
+    let plan = migration_plan("mplan-1", "mplan-uid-1", &fp, r("orders", "migration-1"));
+    let mut a = migration_approval(r("orders", "migration-1"), r("mplan-1", "mplan-uid-1"), &fp);
+    let mut named = ApprovedSource::of(&plan.spec.source, None);
+    a.spec.source = Some(named.clone());
+    assert_eq!(
+        validate_migration_approval(&a, Some(&m), Some(&plan)),
+        Ok(())
+    );
+    named.kind = crate::api::source::SourceKind::Git;
+    a.spec.source = Some(named);
+    let refused = message(validate_migration_approval(&a, Some(&m), Some(&plan)));
+    assert!(
+        refused.starts_with(
+            "spec.source.kind: the approval names Git, but plan mplan-1 was made from ConfigMap"
+        ),
+        "{refused}"
+    );
+}

@@ -13,6 +13,113 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{Identity, ObjectRef, pattern};
 use super::condition::{AcknowledgmentConditionType, ApprovalConditionType, Condition};
+use super::source::{SignerIdentity, SourceKind, VerificationEvidence};
+use super::status::SourceBinding;
+
+/// What an approval approved, in the words of the plan's source binding:
+/// where the plan's desired state came from and, for a signed artifact, who
+/// signed it. `kubectl ptah approve` writes it from the plan it showed;
+/// admission refuses one that is not the plan's, so an approval that names
+/// its source names the right one.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovedSource {
+    /// `ConfigMap`, `Git` or `OCI`.
+    pub kind: SourceKind,
+    /// The content digest of the files (ConfigMap, Git) or the manifest
+    /// digest (OCI) the plan was computed from.
+    #[schemars(regex(pattern = pattern::SHA256_DIGEST))]
+    pub content_digest: String,
+    /// The commit (Git).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = pattern::GIT_COMMIT))]
+    pub commit: Option<String>,
+    /// The artifact pinned by digest (OCI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub resolved_reference: Option<String>,
+    /// Digest of the verified signer evidence the plan bound (OCI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = pattern::SHA256_DIGEST))]
+    pub signer_evidence_digest: Option<String>,
+    /// The keyless signer of that evidence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer_identity: Option<SignerIdentity>,
+    /// SHA-256 fingerprint of the key or certificate of that evidence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub key_fingerprint: Option<String>,
+}
+
+impl ApprovedSource {
+    /// The plan's source `b`, with the signer named from `verified` (the
+    /// resource's current evidence) only when it is the evidence `b` bound.
+    pub fn of(b: &SourceBinding, verified: Option<&VerificationEvidence>) -> Self {
+        let evidence = b.signer_evidence_digest.as_ref().and_then(|bound| {
+            verified.filter(|v| super::status::signer_evidence_digest(v).as_ref() == Some(bound))
+        });
+        ApprovedSource {
+            kind: b.kind,
+            content_digest: b.content_digest.clone(),
+            commit: b.commit.clone(),
+            resolved_reference: b.resolved_reference.clone(),
+            signer_evidence_digest: b.signer_evidence_digest.clone(),
+            signer_identity: evidence.and_then(|v| v.signer_identity.clone()),
+            key_fingerprint: evidence.and_then(|v| v.key_fingerprint.clone()),
+        }
+    }
+
+    /// The first field where `self` (what an approval names) differs from
+    /// `plan` (what the plan bound): its path under `spec.source`, and the
+    /// two values. A signer the approval does not name is not compared.
+    pub fn differs_from(&self, plan: &ApprovedSource) -> Option<(&'static str, String, String)> {
+        fn show<T: Serialize>(v: &T) -> String {
+            match serde_json::to_value(v) {
+                Ok(serde_json::Value::String(s)) => s,
+                Ok(serde_json::Value::Null) => "(none)".into(),
+                Ok(other) => other.to_string(),
+                Err(_) => "?".into(),
+            }
+        }
+        let pairs = [
+            ("spec.source.kind", show(&self.kind), show(&plan.kind)),
+            (
+                "spec.source.contentDigest",
+                show(&self.content_digest),
+                show(&plan.content_digest),
+            ),
+            ("spec.source.commit", show(&self.commit), show(&plan.commit)),
+            (
+                "spec.source.resolvedReference",
+                show(&self.resolved_reference),
+                show(&plan.resolved_reference),
+            ),
+            (
+                "spec.source.signerEvidenceDigest",
+                show(&self.signer_evidence_digest),
+                show(&plan.signer_evidence_digest),
+            ),
+        ];
+        let signer = [
+            (
+                "spec.source.signerIdentity",
+                self.signer_identity.as_ref().map(show),
+                show(&plan.signer_identity),
+            ),
+            (
+                "spec.source.keyFingerprint",
+                self.key_fingerprint.as_ref().map(show),
+                show(&plan.key_fingerprint),
+            ),
+        ];
+        pairs.into_iter().find(|(_, a, b)| a != b).or_else(|| {
+            signer
+                .into_iter()
+                .filter_map(|(f, a, b)| a.map(|a| (f, a, b)))
+                .find(|(_, a, b)| a != b)
+        })
+    }
+}
 
 /// A person's approval of one exact schema plan.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -61,6 +168,10 @@ pub struct PtahSchemaApprovalSpec {
     /// The plan's `spec.fingerprint`: every binding the plan carries.
     #[schemars(regex(pattern = pattern::SHA256_DIGEST))]
     pub plan_fingerprint: String,
+    /// The plan's source and signer, as the approver saw them: optional, and
+    /// refused by admission unless it is the plan's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<ApprovedSource>,
     /// Who approved: stamped by admission from the authenticated request; a
     /// client's value is overwritten.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -135,6 +246,10 @@ pub struct PtahMigrationApprovalSpec {
     /// and every other binding.
     #[schemars(regex(pattern = pattern::SHA256_DIGEST))]
     pub plan_fingerprint: String,
+    /// The plan's source and signer, as the approver saw them: optional, and
+    /// refused by admission unless it is the plan's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<ApprovedSource>,
     /// Who approved: stamped by admission from the authenticated request; a
     /// client's value is overwritten.
     #[serde(default, skip_serializing_if = "Option::is_none")]

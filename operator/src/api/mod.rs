@@ -20,6 +20,7 @@ pub mod generate;
 pub mod journal;
 pub mod migration;
 pub mod plan;
+pub mod readiness;
 pub mod realm;
 pub mod schema;
 pub mod source;

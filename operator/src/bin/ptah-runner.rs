@@ -50,6 +50,24 @@ fn main() {
     }
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let termination_log = cli.termination_log.clone();
+    if let Command::Await(a) = &cli.command {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("ptah-runner: cannot start the runtime: {e}");
+                std::process::exit(EXIT_FAILED);
+            }
+        };
+        let (code, sentence) = rt.block_on(runner::awaiting::run(a));
+        if code != runner::EXIT_OK {
+            eprintln!("ptah-runner await: {sentence}");
+        }
+        runner::awaiting::write_termination_message(&termination_log, &sentence);
+        std::process::exit(code);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -46,6 +46,8 @@ pub mod command {
     pub const APPLY: &str = "apply";
     /// Ptah's pre-up hook of a migration Apply.
     pub const CHECK_SEQUENCE: &str = "check-sequence";
+    /// An application's init container waiting for a schema or migration.
+    pub const AWAIT: &str = "await";
 }
 
 /// The flags, without their leading `--`.

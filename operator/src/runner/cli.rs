@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::common::GoDuration;
+use crate::api::readiness::Wanted;
 use crate::protocol::args::{
     EngineArg, ResourceRef, SourceKindArg, TransactionModeArg, command, flag,
 };
@@ -63,6 +64,11 @@ pub enum Command {
     /// `PTAH_TARGET_VERSION`) is the approved sequence. Writes no result.
     #[command(name = command::CHECK_SEQUENCE)]
     CheckSequence(CheckSequenceArgs),
+    /// An application's init container: wait until a PtahSchema is InSync
+    /// (at a content digest) or a PtahMigration's database is at a version.
+    /// Writes no result; exit 0 ready, 2 bad arguments, 4 timed out.
+    #[command(name = command::AWAIT)]
+    Await(AwaitArgs),
 }
 
 impl Command {
@@ -81,8 +87,77 @@ impl Command {
             Command::History(_) => "history",
             Command::Apply(_) => "apply",
             Command::CheckSequence(_) => "check-sequence",
+            Command::Await(_) => "await",
         }
     }
+}
+
+/// `ptah-runner await KIND/NAME [--for=…] [--namespace=…] [--timeout=…]`.
+#[derive(Args, Debug)]
+pub struct AwaitArgs {
+    /// `schema/NAME` or `migration/NAME` (also `PtahSchema/NAME`, `PtahMigration/NAME`).
+    #[arg(value_parser = parse_await_target)]
+    pub target: AwaitTarget,
+    /// `InSync`, `version=N` (a migration's database at version N or later)
+    /// or `digest=sha256:…` (a schema InSync at that content digest).
+    #[arg(long = "for", default_value = "InSync")]
+    pub wanted: Wanted,
+    /// The resource's namespace (default: the Pod's own).
+    #[arg(long, value_parser = parse_text)]
+    pub namespace: Option<String>,
+    /// Give up after this long, a Go duration such as 10m (default: wait
+    /// as long as it takes).
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+}
+
+/// Which kind `await` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AwaitKind {
+    Schema,
+    Migration,
+}
+
+impl AwaitKind {
+    /// As `kubectl ptah` spells it.
+    pub fn word(self) -> &'static str {
+        match self {
+            AwaitKind::Schema => "schema",
+            AwaitKind::Migration => "migration",
+        }
+    }
+}
+
+/// What `await` reads: a kind and a name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AwaitTarget {
+    pub kind: AwaitKind,
+    pub name: String,
+}
+
+fn parse_await_target(value: &str) -> Result<AwaitTarget, String> {
+    let text = parse_text(value)?;
+    let Some((kind, name)) = text.split_once('/') else {
+        return Err("must be schema/NAME or migration/NAME".into());
+    };
+    let kind = match kind {
+        "schema" | "PtahSchema" => AwaitKind::Schema,
+        "migration" | "PtahMigration" => AwaitKind::Migration,
+        _ => return Err(format!("{kind:?} is not schema or migration")),
+    };
+    // A Kubernetes object name: a DNS subdomain.
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if !valid {
+        return Err(format!("{name:?} is not an object name"));
+    }
+    Ok(AwaitTarget {
+        kind,
+        name: name.to_string(),
+    })
 }
 
 /// `ptah-runner check-sequence`.
@@ -540,6 +615,55 @@ mod tests {
     }
 
     const D: &str = "sha256:3333333333333333333333333333333333333333333333333333333333333333";
+
+    #[test]
+    fn await_parses_a_target_and_what_is_waited_for() {
+        let cli = parse(&[
+            "await",
+            "migration/orders",
+            "--for=version=3",
+            "--timeout=10m",
+        ])
+        .unwrap();
+        let Command::Await(a) = cli.command else {
+            panic!("await");
+        };
+        assert_eq!(
+            a.target,
+            AwaitTarget {
+                kind: AwaitKind::Migration,
+                name: "orders".into()
+            }
+        );
+        assert_eq!(a.wanted, Wanted::Version(3));
+        assert_eq!(a.timeout, Some(Duration::from_secs(600)));
+        assert_eq!(a.namespace, None);
+        let cli = parse(&["await", "PtahSchema/orders", "--namespace=app"]).unwrap();
+        let Command::Await(a) = cli.command else {
+            panic!("await");
+        };
+        assert_eq!(
+            (a.target.kind, a.wanted),
+            (AwaitKind::Schema, Wanted::InSync)
+        );
+        assert_eq!(a.namespace.as_deref(), Some("app"));
+        for (bad, flag) in [
+            (vec!["await", "orders"], "<TARGET>"),
+            (vec!["await", "job/orders"], "<TARGET>"),
+            (vec!["await", "schema/Orders!"], "<TARGET>"),
+            (
+                vec!["await", "migration/orders", "--for=version=x"],
+                "--for",
+            ),
+            (
+                vec!["await", "migration/orders", "--timeout=soon"],
+                "--timeout",
+            ),
+        ] {
+            let e = parse(&bad).unwrap_err().to_string();
+            assert!(e.contains(flag), "{bad:?}: {e}");
+        }
+    }
 
     #[test]
     fn the_builders_check_line_parses() {

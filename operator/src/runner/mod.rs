@@ -105,6 +105,7 @@
 //! | 4 ([`EXIT_DEADLINE`]) | a deadline passed before or during the step |
 //! | 143 ([`EXIT_TERMINATED`]) | SIGTERM |
 
+pub mod awaiting;
 pub mod cli;
 pub mod credentials;
 pub mod deliver;

@@ -116,11 +116,11 @@ pub async fn run_step(command: Command) -> Finished {
             let c = a.common.clone();
             operation_step(name, &c, Box::pin(history(a)))
         }
-        Command::CheckSequence(_) => {
-            // `ptah-runner` answers the hook before any step runs.
+        Command::CheckSequence(_) | Command::Await(_) => {
+            // `ptah-runner` answers the hook, and waits, before any step runs.
             let step: StepFuture = Box::pin(async {
                 Err(StepError::input(
-                    "check-sequence is Ptah's pre-up hook, not a step: run it as `ptah-runner check-sequence`",
+                    "check-sequence and await are not steps: run them as `ptah-runner check-sequence` and `ptah-runner await`",
                 ))
             });
             let bounds = StepBounds {
