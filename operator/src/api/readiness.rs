@@ -291,32 +291,32 @@ mod tests {
         assert!(refusal(&Wanted::InSync, false).is_none());
     }
 
-    fn schema_with(generation: i64, status: serde_json::Value) -> PtahSchema {
+    /// `orders` in `app` of `kind`, reading the ConfigMap `source`.
+    fn object<K: serde::de::DeserializeOwned>(
+        kind: &str,
+        source: &str,
+        generation: i64,
+        status: serde_json::Value,
+    ) -> K {
         serde_json::from_value(json!({
-            "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahSchema",
+            "apiVersion": "operator.ptah.run/v1alpha1", "kind": kind,
             "metadata": {"name": "orders", "namespace": "app", "generation": generation},
             "spec": {
                 "target": {"engine": "postgres", "urlFrom": {"name": "db", "key": "url"}},
-                "source": {"configMap": {"name": "orders-schema"}},
+                "source": {"configMap": {"name": source}},
                 "interval": "5m",
             },
             "status": status,
         }))
-        .expect("a PtahSchema")
+        .expect(kind)
+    }
+
+    fn schema_with(generation: i64, status: serde_json::Value) -> PtahSchema {
+        object("PtahSchema", "orders-schema", generation, status)
     }
 
     fn migration_with(generation: i64, status: serde_json::Value) -> PtahMigration {
-        serde_json::from_value(json!({
-            "apiVersion": "operator.ptah.run/v1alpha1", "kind": "PtahMigration",
-            "metadata": {"name": "orders", "namespace": "app", "generation": generation},
-            "spec": {
-                "target": {"engine": "postgres", "urlFrom": {"name": "db", "key": "url"}},
-                "source": {"configMap": {"name": "orders-migrations"}},
-                "interval": "5m",
-            },
-            "status": status,
-        }))
-        .expect("a PtahMigration")
+        object("PtahMigration", "orders-migrations", generation, status)
     }
 
     fn ready(reason: &str, message: &str) -> serde_json::Value {

@@ -51,16 +51,7 @@ fn main() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let termination_log = cli.termination_log.clone();
     if let Command::Await(a) = &cli.command {
-        let rt = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("ptah-runner: cannot start the runtime: {e}");
-                std::process::exit(EXIT_FAILED);
-            }
-        };
+        let rt = runtime(tokio::runtime::Builder::new_current_thread());
         let (code, sentence) = rt.block_on(runner::awaiting::run(a));
         if code != runner::EXIT_OK {
             eprintln!("ptah-runner await: {sentence}");
@@ -68,17 +59,11 @@ fn main() {
         runner::awaiting::write_termination_message(&termination_log, &sentence);
         std::process::exit(code);
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("ptah-runner: cannot start the runtime: {e}");
-            std::process::exit(EXIT_FAILED);
-        }
-    };
+    let rt = runtime({
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    });
     let started = std::time::Instant::now();
     // Spans only when the Job carries a trace context and an endpoint.
     let trace = RunnerTrace::start();
@@ -143,6 +128,17 @@ fn main() {
         t.finish(&finished.document);
     }
     std::process::exit(finished.exit_code);
+}
+
+/// The runtime `builder` makes, or the exit it cannot.
+fn runtime(mut builder: tokio::runtime::Builder) -> tokio::runtime::Runtime {
+    match builder.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ptah-runner: cannot start the runtime: {e}");
+            std::process::exit(EXIT_FAILED);
+        }
+    }
 }
 
 /// `--termination-log=` when given (hidden; tests), else the kubelet's default.
