@@ -188,7 +188,15 @@ async fn pods_start_after_the_approved_migration(engine: Engine, test: &str) -> 
     }))
     .await?;
     await_access(&ns).await?;
-    assert!(may(&ns, "get", "ptahmigrations", Some("orders")).await?);
+    // The authorizer reads RBAC from its own watch: the Role takes effect a
+    // moment after it is created.
+    PATIENCE
+        .poll("the awaitAccess Role to take effect", || async {
+            Ok(may(&ns, "get", "ptahmigrations", Some("orders"))
+                .await?
+                .then_some(()))
+        })
+        .await?;
     assert!(may(&ns, "watch", "ptahmigrations", Some("orders")).await?);
     assert!(may(&ns, "list", "ptahmigrations", Some("orders")).await?);
     assert!(!may(&ns, "get", "ptahmigrations", Some("other")).await?);

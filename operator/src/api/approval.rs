@@ -71,7 +71,7 @@ impl ApprovedSource {
 
     /// The first field where `self` (what an approval names) differs from
     /// `plan` (what the plan bound): its path under `spec.source`, and the
-    /// two values. A signer the approval does not name is not compared.
+    /// two values. A field the approval leaves out is not compared.
     pub fn differs_from(&self, plan: &ApprovedSource) -> Option<(&'static str, String, String)> {
         fn show<T: Serialize>(v: &T) -> String {
             match serde_json::to_value(v) {
@@ -81,26 +81,31 @@ impl ApprovedSource {
                 Err(_) => "?".into(),
             }
         }
+        // What the approval names is compared; what it leaves out is not a
+        // claim (the kind and the digest it always names).
+        let named = |v: &Option<String>| v.as_ref().map(show);
         let pairs = [
-            ("spec.source.kind", show(&self.kind), show(&plan.kind)),
+            ("spec.source.kind", Some(show(&self.kind)), show(&plan.kind)),
             (
                 "spec.source.contentDigest",
-                show(&self.content_digest),
+                Some(show(&self.content_digest)),
                 show(&plan.content_digest),
             ),
-            ("spec.source.commit", show(&self.commit), show(&plan.commit)),
+            (
+                "spec.source.commit",
+                named(&self.commit),
+                show(&plan.commit),
+            ),
             (
                 "spec.source.resolvedReference",
-                show(&self.resolved_reference),
+                named(&self.resolved_reference),
                 show(&plan.resolved_reference),
             ),
             (
                 "spec.source.signerEvidenceDigest",
-                show(&self.signer_evidence_digest),
+                named(&self.signer_evidence_digest),
                 show(&plan.signer_evidence_digest),
             ),
-        ];
-        let signer = [
             (
                 "spec.source.signerIdentity",
                 self.signer_identity.as_ref().map(show),
@@ -108,16 +113,14 @@ impl ApprovedSource {
             ),
             (
                 "spec.source.keyFingerprint",
-                self.key_fingerprint.as_ref().map(show),
+                named(&self.key_fingerprint),
                 show(&plan.key_fingerprint),
             ),
         ];
-        pairs.into_iter().find(|(_, a, b)| a != b).or_else(|| {
-            signer
-                .into_iter()
-                .filter_map(|(f, a, b)| a.map(|a| (f, a, b)))
-                .find(|(_, a, b)| a != b)
-        })
+        pairs
+            .into_iter()
+            .filter_map(|(f, a, b)| a.map(|a| (f, a, b)))
+            .find(|(_, a, b)| a != b)
     }
 }
 

@@ -212,7 +212,8 @@ pub fn migration(m: &PtahMigration, version: Option<i64>) -> Readiness {
         .flatten();
     let here = where_it_is(st.phase.as_ref().map(spelled), ready, awaiting);
     let history = st.history.as_ref();
-    let at = history.and_then(|h| h.current_version);
+    // Ptah reads an empty revision table as version 0.
+    let at = history.and_then(|h| h.current_version).filter(|v| *v > 0);
     let dirty = history.is_some_and(|h| h.dirty);
     let seen = match (history, at) {
         (None, _) => "its history has not been read".to_string(),
