@@ -2,13 +2,18 @@
 # Installs what a command needs on a fresh machine: Debian packages, and for
 # the tests the test runner and lints, and the pinned Go tools that command
 # uses (cached by pins).
-# Usage: setup.sh [demo|test]   (test by default: everything)
+# Usage: setup.sh [demo|test] [all|base|tools]   (test and all by default)
+#   base: the Debian packages and, for the tests, rustfmt and clippy;
+#   tools: the test runner (tests) and the pinned Go tools. The test command
+#   runs `base` first, then `tools` beside its Rust build.
 # The demo needs no test runner and none of the tools only tests use (Flux,
 # Argo CD's health engine, helm, promtool, cosign, the registry).
 # Safe to run again: each step is skipped when what it makes is present.
 set -euo pipefail
 command=${1:-test}
-case $command in demo | test) ;; *) echo "usage: setup.sh [demo|test]" >&2; exit 2 ;; esac
+part=${2:-all}
+case $command in demo | test) ;; *) echo "usage: setup.sh [demo|test] [all|base|tools]" >&2; exit 2 ;; esac
+case $part in all | base | tools) ;; *) echo "usage: setup.sh [demo|test] [all|base|tools]" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/tools/pins.env"
 say() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -18,6 +23,7 @@ say() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # (gettext-base) for the harness examples; iproute2 (the process kubelet's
 # local route for Pod IPs) and python3 (the servers in the kubelet's network
 # tests).
+if [ "$part" != tools ]; then
 packages=(postgresql mariadb-server mariadb-client bubblewrap openssh-server openssh-client git curl gettext-base iproute2 python3)
 missing=()
 for p in "${packages[@]}"; do
@@ -39,11 +45,24 @@ if [ "$command" = test ]; then
   for c in rustfmt clippy; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
   done
+fi
+fi
+[ "$part" = base ] && exit 0
+
+runner=""
+if [ "$command" = test ]; then
+  # The test runner builds beside the Go tools: neither keeps both cores
+  # busy throughout (downloads, links).
   if ! cargo nextest --version 2>/dev/null | grep -q "$NEXTEST_VERSION"; then
-    say "installing cargo-nextest $NEXTEST_VERSION (about 10 minutes on 2 cores, once)"
-    cargo install --locked --quiet cargo-nextest --version "$NEXTEST_VERSION"
+    say "installing cargo-nextest $NEXTEST_VERSION beside the tools (about 10 minutes on 2 cores, once)"
+    cargo install --locked --quiet cargo-nextest --version "$NEXTEST_VERSION" &
+    runner=$!
   fi
 fi
 
 say "the pinned Go tools the $command uses (cached by their pins)"
 bash "$here/tools/build.sh" --for "$command" >/dev/null
+if [ -n "$runner" ]; then
+  wait "$runner"
+  say "cargo-nextest $NEXTEST_VERSION installed"
+fi

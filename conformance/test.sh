@@ -12,13 +12,20 @@ say() { printf '[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # target dir and once filled CI's disk.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 
-bash conformance/setup.sh test
+bash conformance/setup.sh test base
+# The test runner and the Go tools build beside the checks and the Rust
+# build: none of them keeps both cores busy throughout.
+bash conformance/setup.sh test tools &
+setup=$!
+trap 'kill "$setup" 2>/dev/null || true' EXIT
 say "cargo fmt --check"
 cargo fmt --all --check
 say "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 say "building"
 cargo build --workspace --bins --quiet
+wait "$setup"
+trap - EXIT
 cargo nextest run --workspace --config-file conformance/nextest.toml --no-run --cargo-quiet
 
 harness=${CARGO_TARGET_DIR:-target}/debug/ptah-harness
