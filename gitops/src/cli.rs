@@ -279,10 +279,7 @@ pub async fn run(args: Args) -> Result<(), Failure> {
             match &for_ {
                 For::Phase(phase) => eprintln!("{} is {phase}", done.cli_name()),
                 For::Ready(wanted) => {
-                    let now = match &done {
-                        Resource::Schema(s) => operator::api::readiness::of_schema(s, wanted),
-                        Resource::Migration(m) => operator::api::readiness::of_migration(m, wanted),
-                    };
+                    let now = follow::readiness_of(&done, wanted);
                     eprintln!("{}", now.as_ref().map_or("", |r| r.sentence()));
                 }
             }

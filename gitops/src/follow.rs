@@ -89,14 +89,18 @@ pub fn refused(for_: &For, kind: Kind) -> Option<Failure> {
     readiness::refusal(w, kind == Kind::Schema).map(Failure::usage)
 }
 
+/// What `r` says about `wanted`; `None` where `wanted` is not for its kind.
+pub fn readiness_of(r: &Resource, wanted: &Wanted) -> Option<Readiness> {
+    match r {
+        Resource::Schema(s) => readiness::of_schema(s, wanted),
+        Resource::Migration(m) => readiness::of_migration(m, wanted),
+    }
+}
+
 /// `wait --for=version=N|digest=…`: done when it holds; `Blocked` or
 /// `Failed` short of it end the wait, naming what it waited on.
 pub fn ready_step(r: &Resource, wanted: &Wanted) -> Step {
-    let now = match r {
-        Resource::Schema(s) => readiness::of_schema(s, wanted),
-        Resource::Migration(m) => readiness::of_migration(m, wanted),
-    };
-    match now {
+    match readiness_of(r, wanted) {
         Some(Readiness::Ready(_)) => Step::Done,
         Some(Readiness::Waiting(_)) => Step::Continue,
         Some(Readiness::Ended(s)) => Step::Stop(Failure::new(exit::BLOCKED_OR_FAILED, s)),

@@ -10,7 +10,9 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-use super::condition::{MigrationConditionType, MigrationPhase, SchemaConditionType, SchemaPhase};
+use super::condition::{
+    Condition, MigrationConditionType, MigrationPhase, SchemaConditionType, SchemaPhase,
+};
 use super::conditions;
 use super::{PtahMigration, PtahSchema};
 
@@ -118,32 +120,40 @@ fn named(kind: &str, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Obje
     )
 }
 
-/// Where the resource is: `it is AwaitingApproval (AwaitingApproval): …`,
-/// and the way out while a plan waits for an approval.
-fn where_it_is(
-    phase: Option<String>,
-    ready: Option<(String, String)>,
-    awaiting: Option<(&str, String)>,
-) -> String {
+/// Whether status speaks for the current generation (`(observed,
+/// generation)`), and where the resource is: `it is AwaitingApproval
+/// (AwaitingApproval): …`, with the way out while plan `awaiting` waits for
+/// an approval.
+fn now<T: PartialEq + Copy, P: Serialize>(
+    who: &str,
+    (observed, generation): (Option<i64>, Option<i64>),
+    conds: &[Condition<T>],
+    ready: T,
+    phase: Option<&P>,
+    awaiting: Option<&str>,
+) -> (bool, String) {
+    let current = observed.is_some() && observed == generation;
     let mut s = format!(
         "it is {}",
-        phase.unwrap_or_else(|| "not yet read by the operator".into())
+        phase.map_or_else(|| "not yet read by the operator".into(), spelled)
     );
     let mut said = String::new();
-    if let Some((reason, message)) = ready {
+    if let Some((reason, message)) =
+        conditions::get(conds, ready).map(|c| (spelled(&c.reason), c.message.clone()))
+    {
         s.push_str(&format!(" ({reason})"));
         if !message.is_empty() {
             s.push_str(&format!(": {message}"));
         }
         said = message;
     }
-    if let Some((plan, who)) = awaiting {
+    if let Some(plan) = awaiting {
         if !said.contains(plan) {
             s.push_str(&format!("; plan {plan} waits for an approval"));
         }
         s.push_str(&format!("; approve it with: kubectl ptah approve {who}"));
     }
-    s
+    (current, s)
 }
 
 /// A `PtahSchema` is ready when its status speaks for the current
@@ -154,15 +164,17 @@ pub fn schema(s: &PtahSchema, content_digest: Option<&str>) -> Readiness {
     let Some(st) = s.status.as_ref() else {
         return Readiness::Waiting(format!("{who} has no status yet"));
     };
-    let current =
-        st.observed_generation.is_some() && st.observed_generation == s.metadata.generation;
     let digest = st.source.as_ref().map(|src| src.content_digest.as_str());
-    let ready = conditions::get(&st.conditions, SchemaConditionType::Ready)
-        .map(|c| (spelled(&c.reason), c.message.clone()));
-    let awaiting = (st.phase == Some(SchemaPhase::AwaitingApproval))
-        .then(|| st.plan.as_ref().map(|p| (p.name.as_str(), who.clone())))
-        .flatten();
-    let here = where_it_is(st.phase.as_ref().map(spelled), ready, awaiting);
+    let (current, here) = now(
+        &who,
+        (st.observed_generation, s.metadata.generation),
+        &st.conditions,
+        SchemaConditionType::Ready,
+        st.phase.as_ref(),
+        (st.phase == Some(SchemaPhase::AwaitingApproval))
+            .then(|| st.plan.as_ref().map(|p| p.name.as_str()))
+            .flatten(),
+    );
     let wanted = match content_digest {
         Some(d) => format!("InSync at {d}"),
         None => "InSync".into(),
@@ -203,14 +215,16 @@ pub fn migration(m: &PtahMigration, version: Option<i64>) -> Readiness {
     let Some(st) = m.status.as_ref() else {
         return Readiness::Waiting(format!("{who} has no status yet"));
     };
-    let current =
-        st.observed_generation.is_some() && st.observed_generation == m.metadata.generation;
-    let ready = conditions::get(&st.conditions, MigrationConditionType::Ready)
-        .map(|c| (spelled(&c.reason), c.message.clone()));
-    let awaiting = (st.phase == Some(MigrationPhase::AwaitingApproval))
-        .then(|| st.plan.as_ref().map(|p| (p.name.as_str(), who.clone())))
-        .flatten();
-    let here = where_it_is(st.phase.as_ref().map(spelled), ready, awaiting);
+    let (current, here) = now(
+        &who,
+        (st.observed_generation, m.metadata.generation),
+        &st.conditions,
+        MigrationConditionType::Ready,
+        st.phase.as_ref(),
+        (st.phase == Some(MigrationPhase::AwaitingApproval))
+            .then(|| st.plan.as_ref().map(|p| p.name.as_str()))
+            .flatten(),
+    );
     let history = st.history.as_ref();
     // Ptah reads an empty revision table as version 0.
     let at = history.and_then(|h| h.current_version).filter(|v| *v > 0);

@@ -56,7 +56,7 @@ fn main() {
         if code != runner::EXIT_OK {
             eprintln!("ptah-runner await: {sentence}");
         }
-        runner::awaiting::write_termination_message(&termination_log, &sentence);
+        runner::write_termination_message(&termination_log, &sentence);
         std::process::exit(code);
     }
     let rt = runtime({

@@ -7,7 +7,6 @@
 //! `Failed` are printed and waited through, since a person can end them
 //! (an approval, an acknowledgment) and the Pod should then start by itself.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -151,20 +150,6 @@ fn say(line: &str) {
     eprintln!("[{stamp}] ptah-runner await: {line}");
 }
 
-/// Writes `text` (cut to the kubelet's 4 KiB) as the termination message.
-pub fn write_termination_message(path: &Path, text: &str) {
-    let mut end = text.len().min(4096);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    if let Err(e) = std::fs::write(path, &text[..end]) {
-        eprintln!(
-            "ptah-runner: cannot write the termination message to {}: {e}",
-            path.display()
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,7 +186,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("termination-log");
         let long = "é".repeat(3000);
-        write_termination_message(&path, &long);
+        super::super::write_termination_message(&path, &long);
         let written = std::fs::read_to_string(&path).unwrap();
         assert!(written.len() <= 4096 && written.chars().all(|c| c == 'é'));
     }

@@ -264,7 +264,18 @@ pub fn result_document(
 /// Writes the summary where the kubelet reads the termination message.
 /// A missing path (a run outside a Pod) is reported on stderr only.
 pub fn write_summary(path: &Path, summary: &Summary) {
-    if let Err(e) = std::fs::write(path, summary.render()) {
+    write_termination_message(path, &summary.render());
+}
+
+/// Writes `text`, cut at a character to the kubelet's
+/// [`MAX_SUMMARY_BYTES`](crate::protocol::result::MAX_SUMMARY_BYTES), where
+/// the kubelet reads the termination message.
+pub fn write_termination_message(path: &Path, text: &str) {
+    let mut end = text.len().min(crate::protocol::result::MAX_SUMMARY_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    if let Err(e) = std::fs::write(path, &text[..end]) {
         eprintln!(
             "ptah-runner: cannot write the termination message to {}: {e}",
             path.display()
