@@ -239,8 +239,8 @@ struct Record {
     hits: BTreeMap<String, BTreeSet<String>>,
     /// Names of the approvals the suite gave.
     approvals: BTreeSet<String>,
-    /// Runs the suite acknowledged after reading the ledger.
-    acknowledged: usize,
+    /// Runs (by operation) the suite acknowledged after reading the ledger.
+    acknowledged: BTreeSet<String>,
     /// Dirty revision rows the suite repaired by hand, with what the
     /// ledger held before.
     repairs: Vec<String>,
@@ -443,8 +443,11 @@ impl Iteration {
         if look.dirty && look.held.is_none() {
             self.repair().await?;
         }
+        // A person acknowledges a run once: a look taken before the manager
+        // settled an acknowledgment already given still shows the run held.
         if let Some(operation) = &look.held
             && look.phase == "Blocked"
+            && !self.record.acknowledged.contains(operation)
         {
             // What the run did is established from the database: a held run
             // here never got past its claim or its statements' rollback, so
@@ -455,7 +458,7 @@ impl Iteration {
                 "a held run left a version applied twice: {counts:?}"
             );
             let m = self.ns.api::<PtahMigration>().get("orders").await?;
-            let name = format!("ack-{}", self.record.acknowledged + 1);
+            let name = format!("ack-{}", self.record.acknowledged.len() + 1);
             create_admitted::<PtahMigrationRunAcknowledgment>(
                 &self.ns,
                 json!({
@@ -469,7 +472,7 @@ impl Iteration {
                 }),
             )
             .await?;
-            self.record.acknowledged += 1;
+            self.record.acknowledged.insert(operation.clone());
         }
         Ok(())
     }
@@ -1030,7 +1033,7 @@ fn report(test: &str, records: &[Record]) {
         }
     }
     let managers: usize = records.iter().map(|r| r.managers).sum();
-    let acks: usize = records.iter().map(|r| r.acknowledged).sum();
+    let acks: usize = records.iter().map(|r| r.acknowledged.len()).sum();
     let approvals: usize = records.iter().map(|r| r.approvals.len()).sum();
     for repair in records.iter().flat_map(|r| &r.repairs) {
         eprintln!("{test}:   repaired by hand: {repair}");
