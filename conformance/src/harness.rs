@@ -217,7 +217,8 @@ impl Harness {
     pub fn operator_kubeconfig(&self) -> PathBuf {
         self.state.join("operator.kubeconfig")
     }
-    /// The API server's audit log: every request of [`OPERATOR_USER`], at
+    /// The API server's audit log: every request of [`OPERATOR_USER`], and
+    /// every create of an approval, a plan or a ConfigMap by anyone, at
     /// metadata level, one JSON event a line.
     pub fn audit_log(&self) -> PathBuf {
         self.state.join("audit.log")
@@ -1114,12 +1115,22 @@ pub const OPERATOR_USER: &str = "ptah-operator";
 
 /// Metadata of the managers' requests once they complete; nothing of anyone
 /// else's (the tests' own clients, the control plane).
+/// Every request of the managers, and every create of what only a
+/// person's decision or the manager's Resolve makes (approvals, plans,
+/// ConfigMaps), whoever asks: the preview test reads what a preview made.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: Metadata
   users: [ptah-operator]
+- level: Metadata
+  verbs: [create]
+  resources:
+  - group: operator.ptah.run
+    resources: [ptahschemaapprovals, ptahmigrationapprovals, ptahschemaplans, ptahschemaplanchunks, ptahmigrationplans]
+  - group: \"\"
+    resources: [configmaps]
 - level: None
 ";
 

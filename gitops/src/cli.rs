@@ -11,7 +11,7 @@ use crate::follow::{self, For, parse_timeout};
 use crate::output::{self, Format};
 use crate::plan::Which;
 use crate::resource::{Kind, Resource, Target, get};
-use crate::{Failure, approve, history, plan, refresh, set_source, stages, trace};
+use crate::{Failure, approve, history, plan, preview, refresh, set_source, stages, trace};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -19,6 +19,8 @@ Examples:
   kubectl ptah schema -A                            every PtahSchema, in every namespace
   kubectl ptah plan schema/orders                   the plan, its SQL and findings
   kubectl ptah plan schema/orders --applied         the plan the last confirmed Apply ran
+  kubectl ptah preview schema/orders --dir ./schema  the plan these files would get, before merge
+  kubectl ptah preview migration/orders --migrations ./migrations -o markdown
   kubectl ptah approve schema/orders --wait         approve the exact plan shown, follow it to InSync
   kubectl ptah wait migration/orders --timeout 10m  until InSync; exit 2 on Blocked or Failed
   kubectl ptah wait migration/orders --for=version=3  until the database is at version 3 or later
@@ -27,7 +29,8 @@ Examples:
   kubectl ptah history schema/orders                the journal, with coveredSince
   kubectl ptah trace schema/orders --last 2         the change before the newest, as a waterfall
 
-Exit codes: 0 done, 1 error, 2 Blocked or Failed, 3 timed out, 4 not found, 64 bad command line.";
+Exit codes: 0 done, 1 error, 2 Blocked or Failed, 3 timed out, 4 not found, 64 bad command line.
+preview: 0 no change, 2 a change (approval or not), 3 refused by policy, 1 no answer.";
 
 /// Follow and steer PtahSchema and PtahMigration changes through their six
 /// stages: Source, Plan, Decision, Execution, Verification, History.
@@ -69,6 +72,19 @@ pub enum Command {
         /// The plan the last confirmed Apply (or run) carried out.
         #[arg(long)]
         applied: bool,
+    },
+    /// The plan local files would get, before merge: the resource's read-only Plan (or History reading) in a Job against its live database; nothing is stored as its source and nothing can be approved. Exit 0 no change, 2 a change, 3 refused by policy.
+    Preview {
+        /// schema/NAME or migration/NAME.
+        target: Target,
+        /// A schema's directory of SQL files.
+        #[arg(long, value_name = "DIR", conflicts_with = "migrations")]
+        dir: Option<std::path::PathBuf>,
+        /// A migration's directory of versioned files.
+        #[arg(long, value_name = "DIR")]
+        migrations: Option<std::path::PathBuf>,
+        #[arg(long, default_value = "5m", value_parser = parse_timeout)]
+        timeout: Duration,
     },
     /// Show the exact plan, then approve it by UID and fingerprint (stage 3).
     Approve {
@@ -197,6 +213,37 @@ pub async fn run(args: Args) -> Result<(), Failure> {
             };
             let view = plan::read(&client, &r, which).await?;
             output::print(g.output, &view, plan::render)
+        }
+        Command::Preview {
+            target,
+            dir,
+            migrations,
+            timeout,
+        } => {
+            let files = match (target.kind, dir, migrations) {
+                (Kind::Schema, Some(d), None) | (Kind::Migration, None, Some(d)) => d,
+                (Kind::Schema, ..) => {
+                    return Err(Failure::usage("preview schema/NAME takes --dir DIR (its SQL files)"));
+                }
+                (Kind::Migration, ..) => {
+                    return Err(Failure::usage(
+                        "preview migration/NAME takes --migrations DIR (its versioned files)",
+                    ));
+                }
+            };
+            let files = preview::read_dir(&files)?;
+            let r = get(&client, &ns, &target).await?;
+            let answer = preview::run(&client, &r, &files, timeout).await?;
+            let view = preview::view(&r, &files, &answer);
+            match g.output {
+                output::Format::Markdown => print!("{}", preview::markdown(&view)),
+                format => output::print(format, &view, preview::render)?,
+            }
+            // The verdict is printed: its code only.
+            match view.exit_code {
+                0 => Ok(()),
+                code => Err(Failure::new(code, String::new())),
+            }
         }
         Command::History { target } => {
             let r = get(&client, &ns, &target).await?;

@@ -15,6 +15,7 @@ pub mod follow;
 pub mod history;
 pub mod output;
 pub mod plan;
+pub mod preview;
 pub mod refresh;
 pub mod resource;
 pub mod set_source;

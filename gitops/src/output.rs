@@ -1,5 +1,7 @@
-//! `-o table|json|yaml`: every read verb prints a view as a table for a
-//! person, or as JSON or YAML for a script.
+//! `-o table|json|yaml|markdown`: every read verb prints a view as a table
+//! for a person, as JSON or YAML for a script, or as markdown for a
+//! pull-request comment (the table in a fenced block, unless the verb has
+//! a markdown of its own, as `preview` has).
 
 use clap::ValueEnum;
 use serde::Serialize;
@@ -12,6 +14,7 @@ pub enum Format {
     Table,
     Json,
     Yaml,
+    Markdown,
 }
 
 /// `view` in `format`; `table` renders it for a terminal.
@@ -30,6 +33,7 @@ pub fn print<T: Serialize>(
         }
         Format::Yaml => serde_saphyr::to_string(view)
             .map_err(|e| Failure::error(format!("encoding YAML: {e}")))?,
+        Format::Markdown => format!("```\n{}```\n", table(view)),
     };
     print!("{text}");
     Ok(())

@@ -22,15 +22,31 @@ pub fn offset(harness: &Harness) -> anyhow::Result<u64> {
 /// The audit events from `offset` on of the manager whose holder is
 /// `test-<ns>`.
 pub fn events_since(harness: &Harness, offset: u64, ns: &str) -> anyhow::Result<Vec<Value>> {
+    let agent = format!("(test-{ns})");
+    events_from(harness, offset, |e| {
+        e["userAgent"].as_str().is_some_and(|a| a.ends_with(&agent))
+    })
+}
+
+/// The audit events from `offset` on about objects in namespace `ns`,
+/// whoever made them.
+pub fn events_in(harness: &Harness, offset: u64, ns: &str) -> anyhow::Result<Vec<Value>> {
+    events_from(harness, offset, |e| e["objectRef"]["namespace"].as_str() == Some(ns))
+}
+
+fn events_from(
+    harness: &Harness,
+    offset: u64,
+    keep: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Vec<Value>> {
     let mut f = std::fs::File::open(harness.audit_log()).context("the audit log")?;
     f.seek(SeekFrom::Start(offset))?;
     let mut text = String::new();
     f.read_to_string(&mut text)?;
-    let agent = format!("(test-{ns})");
     let mut out = Vec::new();
     for line in text.lines() {
         let e: Value = serde_json::from_str(line).context("an audit event")?;
-        if e["userAgent"].as_str().is_some_and(|a| a.ends_with(&agent)) {
+        if keep(&e) {
             out.push(e);
         }
     }

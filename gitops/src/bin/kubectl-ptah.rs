@@ -29,7 +29,10 @@ async fn main() {
         }
     };
     if let Err(f) = gitops::cli::run(args).await {
-        eprintln!("error: {f}");
+        // A verdict already printed (preview's 2 and 3) has no message.
+        if !f.message.is_empty() {
+            eprintln!("error: {f}");
+        }
         std::process::exit(f.code);
     }
 }

@@ -83,3 +83,17 @@ pub const ANNOTATION_COORDINATION_DIGEST: &str = "operator.ptah.run/coordination
 /// Annotation: the SHA-256 of the receiver CA a namespace's CA ConfigMap
 /// holds, so the manager republishes it only when it changed.
 pub const RECEIVER_CA_DIGEST: &str = "operator.ptah.run/ca-digest";
+
+/// Label of a plan preview's ConfigMap (`kubectl ptah preview`), and of its
+/// Job: the preview ConfigMap's name on the Job, `"true"` on the ConfigMap.
+/// Only a ConfigMap with it is read as a preview.
+pub const PREVIEW_LABEL: &str = "operator.ptah.run/preview";
+/// Annotation of a preview ConfigMap: the resource it previews, as
+/// `PtahSchema/<name>` or `PtahMigration/<name>` (same namespace).
+pub const ANNOTATION_PREVIEW_OF: &str = "operator.ptah.run/preview-of";
+/// Annotation of a preview ConfigMap: that resource's UID, so a preview
+/// made for a deleted and recreated resource is refused.
+pub const ANNOTATION_PREVIEW_UID: &str = "operator.ptah.run/preview-uid";
+/// Annotation the manager writes on a preview ConfigMap it will not run,
+/// naming the field or rule.
+pub const ANNOTATION_PREVIEW_REFUSED: &str = "operator.ptah.run/preview-refused";

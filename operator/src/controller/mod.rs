@@ -31,6 +31,7 @@ mod migration;
 mod migration_dispatch;
 mod migration_harvest;
 mod pass;
+mod preview;
 mod runtime;
 mod schema;
 mod stores;
@@ -257,6 +258,7 @@ pub async fn run(ctx: Arc<Context>) {
         let _ = ctx.stores.set(stores.clone());
         let schemas = family(ctx.clone(), &stores, schema_subs, |c| c);
         // An acknowledgment of an unresolved run wakes the migration it names.
+        let previews = preview::run(ctx.clone());
         let migrations = family(ctx, &stores, migration_subs, move |c| {
             c.watches_shared_stream(acks, |a| {
                 Some(
@@ -265,7 +267,7 @@ pub async fn run(ctx: Arc<Context>) {
                 )
             })
         });
-        futures::join!(schemas, migrations);
+        futures::join!(schemas, migrations, previews);
     };
     // The watches run for as long as the controllers do.
     futures::future::select(Box::pin(watches), Box::pin(controllers)).await;

@@ -436,7 +436,7 @@ pub async fn create_job(
 }
 
 /// The receiver's CA, where this namespace's Pods can mount it.
-async fn publish_receiver_ca(ctx: &Context, ns: &str) -> Result<(), Error> {
+pub(super) async fn publish_receiver_ca(ctx: &Context, ns: &str) -> Result<(), Error> {
     let pem = ctx
         .receiver_ca
         .read()

@@ -25,9 +25,9 @@ use crate::execution::plan;
 use crate::execution::receiver::StoredResult;
 use crate::lifecycle::conditions;
 use crate::lifecycle::realm;
+use crate::lifecycle::schema::policy::{first_destructive, protected};
 use crate::lifecycle::schema::{Effect, Observation, PlanVerdict};
 use crate::protocol::database::PlanOutcome;
-use crate::runner::reports::PlanDocument;
 use crate::telemetry::change::Where;
 
 impl Family for PtahSchema {
@@ -270,71 +270,4 @@ async fn plan_ready(pass: &Pass<'_, PtahSchema>, name: &str) -> Result<(), Error
         .await
         .map_err(kube_err(format!("marking PtahSchemaPlan {name} published")))?;
     Ok(())
-}
-
-/// The first of `tables` (a plan's) that one of `protected` names: names
-/// compare without case, and an unqualified protected name matches it in any
-/// schema.
-fn protected(protected: &[String], tables: &[String]) -> Option<String> {
-    tables
-        .iter()
-        .find(|table| {
-            let t = table.to_ascii_lowercase();
-            let bare = t.rsplit('.').next().unwrap_or(&t).to_string();
-            protected.iter().any(|p| {
-                let p = p.to_ascii_lowercase();
-                p == t || (!p.contains('.') && p == bare)
-            })
-        })
-        .cloned()
-}
-
-/// The first statement Ptah's plan document classes destructive, for the
-/// message of a plan `allowDestructive` holds back.
-fn first_destructive(plan: &str) -> Option<String> {
-    let doc: PlanDocument = serde_json::from_str(plan).ok()?;
-    doc.statements
-        .into_iter()
-        .find(|s| s.severity == "destructive")
-        .map(|s| s.sql)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{first_destructive, protected};
-
-    #[test]
-    fn a_protected_table_is_matched_qualified_or_bare_without_case() {
-        let list = vec!["public.customers".to_string(), "audit".to_string()];
-        let found = |tables: &[&str]| {
-            let tables: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
-            protected(&list, &tables)
-        };
-        assert_eq!(
-            found(&["PUBLIC.Customers"]).as_deref(),
-            Some("PUBLIC.Customers")
-        );
-        assert_eq!(
-            found(&["public.orders", "billing.audit"]).as_deref(),
-            Some("billing.audit")
-        );
-        assert_eq!(found(&["billing.customers"]), None);
-        assert_eq!(found(&["public.orders"]), None);
-        assert_eq!(protected(&[], &["public.orders".into()]), None);
-    }
-
-    #[test]
-    fn the_first_destructive_statement_is_named() {
-        let plan = r#"{"format_version": 1, "name": "plan_0123456789ab", "dialect": "postgres",
-            "from_fingerprint": "a", "to_fingerprint": "b", "destructive": true,
-            "statements": [
-              {"sql": "ALTER TABLE orders ADD COLUMN a int", "severity": "safe", "reason": ""},
-              {"sql": "ALTER TABLE orders DROP COLUMN note", "severity": "destructive", "reason": "drops a column"},
-              {"sql": "DROP TABLE t", "severity": "destructive", "reason": "drops a table"}]}"#;
-        assert_eq!(
-            first_destructive(plan).as_deref(),
-            Some("ALTER TABLE orders DROP COLUMN note")
-        );
-        assert_eq!(first_destructive("not a plan"), None);
-    }
 }

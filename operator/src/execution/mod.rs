@@ -8,6 +8,7 @@ pub mod job;
 pub mod lease;
 pub mod migration_plan;
 pub mod plan;
+pub mod preview;
 pub mod receiver;
 pub mod snapshot;
 pub mod source_policy;

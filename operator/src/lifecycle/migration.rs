@@ -574,8 +574,7 @@ impl Machine<'_> {
                     .claim_ref()
                     .is_some_and(|c| c.type_ == OperationType::Apply && !c.dispatch_started);
                 if waiting {
-                    let at = common::plus(self.now, Duration::from_secs(5));
-                    self.fx.push(Effect::RequeueAt(at));
+                    self.waits_for_lease(OperationType::Apply);
                 }
             }
             Observation::LeaseContinuityLost => self.lease_continuity_lost(),

@@ -1819,6 +1819,16 @@ fn apply_waiting_for_lease_asks_again() {
     let fx = run(&mut m, Observation::LeaseLost, 5);
     assert!(fx.contains(&Effect::RequeueAt(at(10))));
     assert!(!started(&fx, OperationType::Apply));
+    let ready = st(&m)
+        .conditions
+        .iter()
+        .find(|c| c.type_ == C::Ready)
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        ready.starts_with("the apply waits for its database's realm Lease"),
+        "the Ready message says what it waits for: {ready:?}"
+    );
     let fx = run(&mut m, Observation::Pass, 10);
     assert!(fx.iter().any(|e| matches!(e, Effect::AcquireLease { .. })));
     assert!(entries(&m, JournalEntryType::ApprovalAccepted).is_empty());

@@ -10,6 +10,7 @@ pub mod journal;
 pub mod migration;
 pub mod read_request;
 pub mod realm;
+pub mod preview;
 pub mod schema;
 #[cfg(test)]
 mod test_support;

@@ -235,6 +235,7 @@ super::common::shared_words!(Observation, Effect);
 mod apply;
 mod proof;
 mod read;
+pub mod policy;
 
 /// Steps the schema: pure and deterministic.
 pub fn step(schema: &PtahSchema, observation: &Observation, now: &Time) -> Step {

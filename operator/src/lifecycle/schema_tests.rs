@@ -322,6 +322,24 @@ fn observing_drift_read_goes_planning() {
 }
 
 #[test]
+fn a_plan_waiting_for_its_lease_says_so_and_asks_again() {
+    let mut s = observing();
+    run(&mut s, Observation::DriftObserved(target(1, 3)), 2);
+    let fx = run(&mut s, Observation::LeaseLost, 3);
+    assert!(fx.contains(&Effect::RequeueAt(at(8))));
+    assert!(!started(&fx, OperationType::Plan));
+    assert_eq!(phase(&s), Some(SchemaPhase::Planning));
+    let ready = conditions::get(&st(&s).conditions, C::Ready).expect("Ready");
+    assert!(
+        ready
+            .message
+            .starts_with("the plan waits for its database's realm Lease"),
+        "{:?}",
+        ready.message
+    );
+}
+
+#[test]
 fn planning_no_change_goes_in_sync() {
     let mut s = planning();
     let fx = run(&mut s, no_change(), 4);

@@ -4,7 +4,7 @@
 use super::*;
 
 impl OwnerKind {
-    pub(super) fn kind(self) -> String {
+    pub fn kind(self) -> String {
         match self {
             Self::PtahSchema => PtahSchema::kind(&()).into_owned(),
             Self::PtahMigration => PtahMigration::kind(&()).into_owned(),

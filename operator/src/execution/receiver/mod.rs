@@ -66,6 +66,7 @@ use http::{Method, Request, Response, StatusCode, header};
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{AlgorithmFamily, DecodingKey, Validation};
 use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -81,6 +82,7 @@ use crate::execution::job::{
     LABEL_OPERATION_ID, MANAGED_BY,
 };
 use crate::execution::plan::{self, PlanError};
+use crate::execution::preview;
 use crate::protocol::args::ResourceRef;
 use crate::protocol::receiver::{
     Answer, CONTENT_SHA256_HEADER, MAX_RESULT_BYTES, PLAN_FINGERPRINT_HEADER, PLAN_NAME_HEADER,

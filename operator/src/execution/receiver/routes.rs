@@ -178,22 +178,35 @@ impl Receiver {
             return Err(replay(&stored, &received.sha256));
         }
         let (owner, claim) = self.claim_of(op).await?;
-        check_claim(claim.as_ref(), op)?;
-        let job_name = claim
-            .as_ref()
-            .and_then(|c| c.job_name.clone())
-            .unwrap_or_default();
+        let claimed = check_claim(claim.as_ref(), op);
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let pod = pods
             .get_opt(pod_name)
             .await
-            .map_err(|e| unavailable("reading the Pod", &e))?
-            .ok_or_else(|| {
-                conflict(
-                    "PodMismatch",
-                    "the Pod operation.podName names does not exist",
-                )
-            })?;
+            .map_err(|e| unavailable("reading the Pod", &e))?;
+        if let Err(refusal) = claimed {
+            // A preview's result answers no claim: it is checked against
+            // its Job and preview, and stored for the plugin, never handed
+            // over.
+            return match pod.filter(is_preview_pod) {
+                Some(pod) => {
+                    let job = self.preview_job(op, &pod).await?;
+                    self.store(&job, op, req.body(), &received.sha256, Timestamp::now())
+                        .await
+                }
+                None => Err(refusal),
+            };
+        }
+        let pod = pod.ok_or_else(|| {
+            conflict(
+                "PodMismatch",
+                "the Pod operation.podName names does not exist",
+            )
+        })?;
+        let job_name = claim
+            .as_ref()
+            .and_then(|c| c.job_name.clone())
+            .unwrap_or_default();
         let job = check_pod(&pod, op, &job_name)?;
 
         let read = claim
@@ -235,8 +248,26 @@ impl Receiver {
         // A read's stored result goes with its Job (collected by the Job's
         // TTL); an Apply's stays the resource's until the sweep.
         let owner = if read { job } else { owner };
-        let (index, chunks) = result_objects(namespace, &owner, op, req.body(), received_at)
+        self.store(&owner, op, req.body(), &received.sha256, received_at)
+            .await
+    }
+
+    /// Stores a checked result owned by `owner`: the chunks, then the index
+    /// (the commit); a second result for the same operation and attempt is
+    /// a replay.
+    async fn store(
+        &self,
+        owner: &OwnerReference,
+        op: &OperationRef,
+        body: &[u8],
+        sha256: &str,
+        received_at: Timestamp,
+    ) -> Result<Receipt, Refusal> {
+        let namespace = op.resource.namespace.as_str();
+        let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let (index, chunks) = result_objects(namespace, owner, op, body, received_at)
             .ok_or_else(|| bad("Document", "operation.operationId must be sha256:<64 hex>"))?;
+        let index_name = index.metadata.name.clone().unwrap_or_default();
         let pp = PostParams::default();
         for chunk in &chunks {
             match configmaps.create(&pp, chunk).await {
@@ -266,10 +297,47 @@ impl Receiver {
                     .get(&index_name)
                     .await
                     .map_err(|e| unavailable("reading the stored result", &e))?;
-                Err(replay(&stored, &received.sha256))
+                Err(replay(&stored, sha256))
             }
             Err(e) => Err(unavailable("storing the result", &e)),
         }
+    }
+
+    /// The preview Job the Pod belongs to, checked against the preview
+    /// ConfigMap that owns it ([`preview::check`]); answered as the owner
+    /// of the stored result.
+    async fn preview_job(&self, op: &OperationRef, pod: &Pod) -> Result<OwnerReference, Refusal> {
+        let namespace = op.resource.namespace.as_str();
+        let job_name = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.kind == "Job" && o.controller == Some(true))
+            .map(|o| o.name.clone())
+            .unwrap_or_default();
+        let owner = check_pod(pod, op, &job_name)?;
+        let jobs: Api<Job> = Api::namespaced(self.client.clone(), namespace);
+        let job = jobs
+            .get_opt(&job_name)
+            .await
+            .map_err(|e| unavailable("reading the preview Job", &e))?
+            .ok_or_else(|| conflict("PodMismatch", "the Pod's preview Job does not exist"))?;
+        let preview_name = job
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(preview::PREVIEW_LABEL))
+            .cloned()
+            .unwrap_or_default();
+        let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let cm = configmaps
+            .get_opt(&preview_name)
+            .await
+            .map_err(|e| unavailable("reading the preview", &e))?
+            .ok_or_else(|| conflict("NotClaimed", "the preview ConfigMap does not exist"))?;
+        preview::check(op, &job, &cm).map_err(|why| conflict("NotClaimed", why))?;
+        Ok(owner)
     }
 
     /// The owner reference and claim of the resource the document names.
@@ -339,6 +407,16 @@ impl Receiver {
         };
         Ok((owner, claim))
     }
+}
+
+/// Whether the Pod is a preview's (its Job's label, copied to the Pod; the
+/// Job and the preview are checked after).
+fn is_preview_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_COMPONENT))
+        .is_some_and(|c| c == preview::COMPONENT)
 }
 
 /// The refusal of a second result for a stored (operation, attempt).

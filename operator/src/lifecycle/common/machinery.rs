@@ -22,6 +22,9 @@ use crate::api::status::{ActiveOperation, OperationType, SourceBinding, binding_
 use crate::lifecycle::read_request::{self, Answer, ReadRequest, Running};
 use crate::protocol::naming::OwnerKind;
 
+/// How soon an undispatched claim asks again for a realm Lease it found held.
+pub const LEASE_RETRY: Duration = Duration::from_secs(5);
+
 /// The spec fields both families read, borrowed from the resource.
 pub struct SpecCommon<'a> {
     /// `spec.interval`.
@@ -265,6 +268,23 @@ pub trait Machinery {
             }
             .into(),
         );
+    }
+
+    /// An undispatched `op` claim whose database realm Lease another
+    /// operation holds: the phase stays, the Ready message says what it
+    /// waits for, and it asks again in [`LEASE_RETRY`].
+    fn waits_for_lease(&mut self, op: OperationType) {
+        if let Some(phase) = self.phase() {
+            let message = format!(
+                "the {} waits for its database's realm Lease, which another operation holds; \
+                 it asks again every {} s",
+                crate::protocol::naming::operation_name(op),
+                LEASE_RETRY.as_secs()
+            );
+            self.settle(phase, Reason::OperationInProgress, &message);
+        }
+        let at = super::plus(self.now(), LEASE_RETRY);
+        self.effects().push(Shared::RequeueAt(at).into());
     }
 
     /// Steps again now.

@@ -78,12 +78,7 @@ impl Machine<'_> {
         match c.type_ {
             // A dispatched Apply is followed to its end whatever the Lease
             // says; an undispatched one waits for the Lease.
-            OperationType::Apply if !c.dispatch_started => {
-                self.fx.push(Effect::RequeueAt(common::plus(
-                    self.now,
-                    Duration::from_secs(5),
-                )));
-            }
+            OperationType::Apply if !c.dispatch_started => self.waits_for_lease(c.type_),
             OperationType::Apply => {}
             _ if self.proof_owed() => {
                 self.st.active_operation = None;
@@ -95,12 +90,7 @@ impl Machine<'_> {
                 self.drop_claim();
                 self.start_observe(false);
             }
-            OperationType::Plan => {
-                self.fx.push(Effect::RequeueAt(common::plus(
-                    self.now,
-                    Duration::from_secs(5),
-                )));
-            }
+            OperationType::Plan => self.waits_for_lease(c.type_),
             _ => {}
         }
     }

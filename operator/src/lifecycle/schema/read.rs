@@ -283,7 +283,7 @@ impl Machine<'_> {
     ) {
         let policy = &self.schema.spec.policy;
         let privilege = !plan.privilege_changes.is_empty();
-        let automatic = policy.apply == ApplyPolicy::Always && !plan.destructive && !privilege;
+        let automatic = policy::automatic(policy, plan.destructive, privilege);
         let mut plan = plan.clone();
         plan.approval_required = policy.apply != ApplyPolicy::Never && !automatic;
         let same = self
@@ -346,41 +346,14 @@ impl Machine<'_> {
         );
         let name = self.schema.metadata.name.as_deref().unwrap_or_default();
         let see = format!("`kubectl ptah plan ptahschema/{name}` shows its statements");
-        let blocked = if let Some(table) = protected_table {
-            Some((
-                Reason::ProtectedTable,
-                format!(
-                    "plan {} changes {table}, which spec.policy.protectedTables protects: \
-                     nothing is applied while it does; change the source, or take the \
-                     table off the list; {see}",
-                    plan.name
-                ),
-            ))
-        } else if plan.destructive && !policy.allow_destructive {
-            let what = destructive_statement
-                .map(|s| format!(" ({})", short_statement(s)))
-                .unwrap_or_default();
-            Some((
-                Reason::DestructiveChangesDisabled,
-                format!(
-                    "plan {} is destructive{what} and spec.policy.allowDestructive is false: \
-                     change the source, or set allowDestructive to true to let it run \
-                     under spec.policy.apply; {see}",
-                    plan.name
-                ),
-            ))
-        } else if policy.apply == ApplyPolicy::Never {
-            Some((
-                Reason::ApplyDisabled,
-                format!(
-                    "plan {} waits and spec.policy.apply is Never: nothing is applied; \
-                     set it to OnApproval or Always to apply; {see}",
-                    plan.name
-                ),
-            ))
-        } else {
-            None
-        };
+        let blocked = policy::hold(
+            policy,
+            &format!("plan {}", plan.name),
+            plan.destructive,
+            protected_table,
+            destructive_statement,
+            &see,
+        );
         if let Some((reason, message)) = blocked {
             self.cond(
                 C::ApprovalRequired,
@@ -449,14 +422,5 @@ impl Machine<'_> {
         (approvable && !ran)
             .then(|| published.plan_name.clone())
             .flatten()
-    }
-}
-
-/// A statement on one line, cut to 120 characters, for a condition message.
-fn short_statement(sql: &str) -> String {
-    let line = sql.split_whitespace().collect::<Vec<_>>().join(" ");
-    match line.char_indices().nth(120) {
-        Some((i, _)) => format!("{}…", &line[..i]),
-        None => line,
     }
 }
