@@ -223,7 +223,9 @@ pub async fn run(args: Args) -> Result<(), Failure> {
             let files = match (target.kind, dir, migrations) {
                 (Kind::Schema, Some(d), None) | (Kind::Migration, None, Some(d)) => d,
                 (Kind::Schema, ..) => {
-                    return Err(Failure::usage("preview schema/NAME takes --dir DIR (its SQL files)"));
+                    return Err(Failure::usage(
+                        "preview schema/NAME takes --dir DIR (its SQL files)",
+                    ));
                 }
                 (Kind::Migration, ..) => {
                     return Err(Failure::usage(

@@ -277,21 +277,7 @@ pub fn schema_view(r: &Resource, plan: &PtahSchemaPlan, bytes: &[u8]) -> PlanVie
     {
         findings.extend(t.drift_findings.iter().map(crate::stages::drift));
     }
-    let statements = match serde_json::from_slice::<PlanDocument>(bytes) {
-        Ok(doc) => doc
-            .statements
-            .into_iter()
-            .map(|s| Statement {
-                sql: s.sql,
-                severity: s.severity,
-            })
-            .collect(),
-        // A document this plugin does not know: show the bytes as they are.
-        Err(_) => vec![Statement {
-            sql: String::from_utf8_lossy(bytes).into_owned(),
-            severity: "unparsed".to_string(),
-        }],
-    };
+    let statements = statements_of(bytes);
     PlanView {
         kind: "PtahSchemaPlan",
         name: plan.metadata.name.clone().unwrap_or_default(),
@@ -371,6 +357,34 @@ pub fn migration_view(r: &Resource, plan: &PtahMigrationPlan) -> PlanView {
     }
 }
 
+/// A schema plan's statements from Ptah's plan document; a document this
+/// plugin does not know is shown as its bytes.
+pub fn statements_of(bytes: &[u8]) -> Vec<Statement> {
+    match serde_json::from_slice::<PlanDocument>(bytes) {
+        Ok(doc) => doc
+            .statements
+            .into_iter()
+            .map(|s| Statement {
+                sql: s.sql,
+                severity: s.severity,
+            })
+            .collect(),
+        Err(_) => vec![Statement {
+            sql: String::from_utf8_lossy(bytes).into_owned(),
+            severity: "unparsed".to_string(),
+        }],
+    }
+}
+
+/// Statements as SQL, each under a `-- N (severity)` line.
+pub fn sql_lines(statements: &[Statement]) -> String {
+    statements
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("-- {} ({})\n{}\n", i + 1, s.severity, s.sql.trim_end()))
+        .collect()
+}
+
 /// The plan as a terminal shows it.
 pub fn render(p: &PlanView) -> String {
     let mut out = format!("{} {} of {}\n", p.kind, p.name, p.resource);
@@ -397,14 +411,7 @@ pub fn render(p: &PlanView) -> String {
     }
     if !p.statements.is_empty() {
         out.push_str("SQL:\n");
-        for (i, s) in p.statements.iter().enumerate() {
-            out.push_str(&format!(
-                "-- {} ({})\n{}\n",
-                i + 1,
-                s.severity,
-                s.sql.trim_end()
-            ));
-        }
+        out.push_str(&sql_lines(&p.statements));
     }
     if !p.versions.is_empty() {
         let header = ["VERSION", "DESCRIPTION", "CHECKPOINT", "CHECKSUM"].map(String::from);

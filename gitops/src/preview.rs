@@ -24,13 +24,12 @@ use operator::execution::preview::{self as request, ANNOTATION_PREVIEW_REFUSED};
 use operator::execution::receiver::harvest;
 use operator::lifecycle::preview::{self as judged, Verdict};
 use operator::protocol::result::{Outcome, ResultDocument, StepOutput};
-use operator::runner::reports::PlanDocument;
 use serde::Serialize;
 use supplychain::manifest::Limits;
 use supplychain::snapshot::{self, Snapshot, SourceConfigMap};
 
 use crate::Failure;
-use crate::plan::Statement;
+use crate::plan::{Statement, sql_lines};
 use crate::resource::{Kind, Resource};
 
 /// How often the preview's progress is read.
@@ -61,9 +60,13 @@ pub fn read_dir(dir: &Path) -> Result<Snapshot, Failure> {
         let bytes = std::fs::read(&path)
             .map_err(|e| Failure::usage(format!("reading {}: {e}", path.display())))?;
         match String::from_utf8(bytes) {
-            Ok(text) => source.data.insert(name, text),
-            Err(e) => source.binary_data.insert(name, e.into_bytes()),
-        };
+            Ok(text) => {
+                source.data.insert(name, text);
+            }
+            Err(e) => {
+                source.binary_data.insert(name, e.into_bytes());
+            }
+        }
     }
     if source.data.is_empty() && source.binary_data.is_empty() {
         return Err(Failure::usage(format!("{}: no files", dir.display())));
@@ -115,7 +118,9 @@ pub async fn run(
         )
         .await;
     if let Err(e) = deleted {
-        eprintln!("preview {name} was not deleted ({e}); `kubectl delete configmap -n {ns} {name}`");
+        eprintln!(
+            "preview {name} was not deleted ({e}); `kubectl delete configmap -n {ns} {name}`"
+        );
     }
     answer
 }
@@ -137,7 +142,7 @@ async fn wait(
 ) -> Result<Answer, Failure> {
     let name = made.name_any();
     let r = request::request_of(made).map_err(|e| Failure::error(e.to_string()))?;
-    let operation_id = request::claim(&r).operation_id;
+    let operation_id = request::operation_id(&r);
     let job_name = request::job_name(&operation_id);
     let (maps, jobs): (Api<ConfigMap>, Api<Job>) = (
         Api::namespaced(client.clone(), ns),
@@ -159,7 +164,9 @@ async fn wait(
             .map_err(|e| Failure::api(format!("reading preview {name}"), e))?
             .ok_or_else(|| Failure::error(format!("preview {name} was deleted before it ran")))?;
         if let Some(why) = now.annotations().get(ANNOTATION_PREVIEW_REFUSED) {
-            return Err(Failure::error(format!("the manager refused the preview: {why}")));
+            return Err(Failure::error(format!(
+                "the manager refused the preview: {why}"
+            )));
         }
         let job = jobs
             .get_opt(&job_name)
@@ -301,7 +308,11 @@ pub struct PreviewView {
 pub fn view(r: &Resource, files: &Snapshot, answer: &Answer) -> PreviewView {
     let (verdict, findings, statements, versions) = match (r, answer) {
         (Resource::Schema(s), Answer::Planned(outcome)) => {
-            let verdict = judged::of_schema(&s.spec.policy, outcome);
+            let statement = outcome
+                .change
+                .as_ref()
+                .and_then(|c| operator::runner::reports::first_destructive(&c.plan));
+            let verdict = judged::of_schema(&s.spec.policy, outcome, statement.as_deref());
             let (findings, statements) = schema_findings(&s.spec.policy, outcome);
             (verdict, findings, statements, vec![])
         }
@@ -360,7 +371,10 @@ fn schema_findings(
         return (vec!["no statements".into()], vec![]);
     };
     let mut findings = vec![
-        format!("{} statement(s), {}", change.statement_count, outcome.dialect),
+        format!(
+            "{} statement(s), {}",
+            change.statement_count, outcome.dialect
+        ),
         if change.destructive {
             "destructive: yes (it drops or narrows what exists)".into()
         } else {
@@ -377,29 +391,13 @@ fn schema_findings(
             .collect();
         format!("privilege changes: {}", kinds.join(", "))
     });
-    let protected = operator::lifecycle::schema::policy::protected(
-        &policy.protected_tables,
-        &change.tables,
-    );
+    let protected =
+        operator::lifecycle::schema::policy::protected(&policy.protected_tables, &change.tables);
     findings.push(match protected {
         Some(t) => format!("protected tables: {t} (spec.policy.protectedTables)"),
         None => "protected tables: none changed".into(),
     });
-    let statements = match serde_json::from_str::<PlanDocument>(&change.plan) {
-        Ok(doc) => doc
-            .statements
-            .into_iter()
-            .map(|s| Statement {
-                sql: s.sql,
-                severity: s.severity,
-            })
-            .collect(),
-        Err(_) => vec![Statement {
-            sql: change.plan.clone(),
-            severity: "unparsed".into(),
-        }],
-    };
-    (findings, statements)
+    (findings, crate::plan::statements_of(change.plan.as_bytes()))
 }
 
 /// The SQL of the local up file of `version` (`<version>_<name>.up.sql`).
@@ -409,6 +407,28 @@ fn up_sql(files: &BTreeMap<String, Vec<u8>>, version: i64) -> Option<String> {
         (rest.ends_with(".up.sql") && number.parse::<i64>().ok()? == version)
             .then(|| String::from_utf8_lossy(bytes).into_owned())
     })
+}
+
+/// Each version's up SQL under a `-- version N description (checksum)` line.
+fn version_lines(versions: &[PendingVersion]) -> String {
+    versions
+        .iter()
+        .map(|p| {
+            format!(
+                "-- version {}{} ({})\n{}\n",
+                p.version,
+                p.description
+                    .as_ref()
+                    .map(|d| format!(" {d}"))
+                    .unwrap_or_default(),
+                p.checksum,
+                p.sql
+                    .as_deref()
+                    .unwrap_or("-- (no local up file)")
+                    .trim_end()
+            )
+        })
+        .collect()
 }
 
 fn verdict_line(v: &PreviewView) -> String {
@@ -430,21 +450,11 @@ pub fn render(v: &PreviewView) -> String {
     }
     if !v.statements.is_empty() {
         out.push_str("SQL:\n");
-        for (i, s) in v.statements.iter().enumerate() {
-            out.push_str(&format!("-- {} ({})\n{}\n", i + 1, s.severity, s.sql.trim_end()));
-        }
+        out.push_str(&sql_lines(&v.statements));
     }
     if !v.versions.is_empty() {
         out.push_str("Versions to run:\n");
-        for p in &v.versions {
-            out.push_str(&format!(
-                "-- version {}{} ({})\n{}\n",
-                p.version,
-                p.description.as_ref().map(|d| format!(" {d}")).unwrap_or_default(),
-                p.checksum,
-                p.sql.as_deref().unwrap_or("-- (no local up file)").trim_end()
-            ));
-        }
+        out.push_str(&version_lines(&v.versions));
     }
     out.push_str(&format!("Verdict: {}\n", verdict_line(v)));
     out
@@ -467,11 +477,7 @@ pub fn markdown(v: &PreviewView) -> String {
         out.push_str(&format!("- {f}\n"));
     }
     if !v.statements.is_empty() {
-        out.push_str("\n```sql\n");
-        for (i, s) in v.statements.iter().enumerate() {
-            out.push_str(&format!("-- {} ({})\n{}\n", i + 1, s.severity, s.sql.trim_end()));
-        }
-        out.push_str("```\n");
+        out.push_str(&format!("\n```sql\n{}```\n", sql_lines(&v.statements)));
     }
     if !v.versions.is_empty() {
         out.push_str("\n| version | description | checksum |\n| ---: | --- | --- |\n");
@@ -483,15 +489,7 @@ pub fn markdown(v: &PreviewView) -> String {
                 p.checksum
             ));
         }
-        out.push_str("\n```sql\n");
-        for p in &v.versions {
-            out.push_str(&format!(
-                "-- version {}\n{}\n",
-                p.version,
-                p.sql.as_deref().unwrap_or("-- (no local up file)").trim_end()
-            ));
-        }
-        out.push_str("```\n");
+        out.push_str(&format!("\n```sql\n{}```\n", version_lines(&v.versions)));
     }
     out
 }
@@ -510,7 +508,10 @@ mod tests {
 
     #[test]
     fn a_directory_is_read_as_a_config_map_source_holds_it() {
-        let d = dir_with(&[("schema.sql", b"CREATE TABLE t (id int);\n"), ("blob", &[0xff, 0xfe])]);
+        let d = dir_with(&[
+            ("schema.sql", b"CREATE TABLE t (id int);\n"),
+            ("blob", &[0xff, 0xfe]),
+        ]);
         let s = read_dir(d.path()).expect("files");
         assert_eq!(s.files.len(), 2);
         assert!(s.content_digest.starts_with("sha256:"));
@@ -525,12 +526,12 @@ mod tests {
     fn a_directory_a_config_map_cannot_hold_is_refused_naming_the_file() {
         let d = dir_with(&[("schema.sql", b"x")]);
         std::fs::create_dir(d.path().join("nested")).expect("a directory");
-        let e = read_dir(d.path()).err().expect("refused");
+        let e = read_dir(d.path()).expect_err("refused");
         assert!(e.message.contains("nested"), "{}", e.message);
         assert_eq!(e.code, crate::exit::USAGE);
 
         let d = dir_with(&[("bad name.sql", b"x")]);
-        let e = read_dir(d.path()).err().expect("refused");
+        let e = read_dir(d.path()).expect_err("refused");
         assert!(e.message.contains("bad name.sql"), "{}", e.message);
 
         let empty = tempfile::tempdir().expect("a temporary directory");
@@ -540,8 +541,14 @@ mod tests {
     #[test]
     fn the_up_file_of_a_version_is_found_by_its_number() {
         let files = BTreeMap::from([
-            ("0000000002_customers.up.sql".to_string(), b"CREATE TABLE c ();".to_vec()),
-            ("0000000002_customers.down.sql".to_string(), b"DROP TABLE c;".to_vec()),
+            (
+                "0000000002_customers.up.sql".to_string(),
+                b"CREATE TABLE c ();".to_vec(),
+            ),
+            (
+                "0000000002_customers.down.sql".to_string(),
+                b"DROP TABLE c;".to_vec(),
+            ),
             ("0000000003_x.up.sql".to_string(), b"SELECT 3;".to_vec()),
         ]);
         assert_eq!(up_sql(&files, 2).as_deref(), Some("CREATE TABLE c ();"));

@@ -205,20 +205,11 @@ pub fn source_binding() -> SourceBinding {
 /// A claim's binding of a ConfigMap source (ConfigMap UID `cm-uid`) to
 /// `content_digest`, through `snapshot` when given.
 pub fn configmap_binding(content_digest: String, snapshot: Option<&str>) -> SourceBinding {
-    SourceBinding {
-        kind: SourceKind::ConfigMap,
+    SourceBinding::of_config_map(
         content_digest,
-        config_map_uid: Some("cm-uid".into()),
-        snapshot_name: snapshot.map(str::to_string),
-        location_digest: None,
-        commit: None,
-        resolved_reference: None,
-        source_policy_uid: None,
-        source_policy_digest: None,
-        verification_policy_uid: None,
-        verification_policy_digest: None,
-        signer_evidence_digest: None,
-    }
+        Some("cm-uid".into()),
+        snapshot.map(str::to_string),
+    )
 }
 
 /// A `status.source` with every resolution set.

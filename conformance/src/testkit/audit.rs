@@ -31,7 +31,9 @@ pub fn events_since(harness: &Harness, offset: u64, ns: &str) -> anyhow::Result<
 /// The audit events from `offset` on about objects in namespace `ns`,
 /// whoever made them.
 pub fn events_in(harness: &Harness, offset: u64, ns: &str) -> anyhow::Result<Vec<Value>> {
-    events_from(harness, offset, |e| e["objectRef"]["namespace"].as_str() == Some(ns))
+    events_from(harness, offset, |e| {
+        e["objectRef"]["namespace"].as_str() == Some(ns)
+    })
 }
 
 fn events_from(

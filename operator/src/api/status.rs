@@ -99,6 +99,31 @@ pub struct SourceBinding {
     pub signer_evidence_digest: Option<String>,
 }
 
+impl SourceBinding {
+    /// The binding of files a ConfigMap gave (`config_map_uid`), mounted
+    /// from the snapshot `snapshot_name`.
+    pub fn of_config_map(
+        content_digest: String,
+        config_map_uid: Option<String>,
+        snapshot_name: Option<String>,
+    ) -> Self {
+        SourceBinding {
+            kind: SourceKind::ConfigMap,
+            content_digest,
+            config_map_uid,
+            snapshot_name,
+            location_digest: None,
+            commit: None,
+            resolved_reference: None,
+            source_policy_uid: None,
+            source_policy_digest: None,
+            verification_policy_uid: None,
+            verification_policy_digest: None,
+            signer_evidence_digest: None,
+        }
+    }
+}
+
 /// An operation the operator runs as a Job (or, for a ConfigMap Resolve, in
 /// the manager).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]

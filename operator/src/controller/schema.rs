@@ -25,9 +25,10 @@ use crate::execution::plan;
 use crate::execution::receiver::StoredResult;
 use crate::lifecycle::conditions;
 use crate::lifecycle::realm;
-use crate::lifecycle::schema::policy::{first_destructive, protected};
+use crate::lifecycle::schema::policy::protected;
 use crate::lifecycle::schema::{Effect, Observation, PlanVerdict};
 use crate::protocol::database::PlanOutcome;
+use crate::runner::reports::first_destructive;
 use crate::telemetry::change::Where;
 
 impl Family for PtahSchema {

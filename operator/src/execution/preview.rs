@@ -12,7 +12,8 @@
 //!   snapshot: nothing names it, no resource owns it, and no plan binds it.
 //! * **The Job** is the resource's own Plan or History Job (its execution
 //!   settings, database, dev database, exclusions, images), built by the
-//!   same builder from a claim of its own that no status holds ([`claim`]),
+//!   same builder from a claim of its own that no status holds, under the
+//!   preview's own operation id ([`operation_id`]),
 //!   with the preview ConfigMap mounted where a snapshot would be. It is
 //!   owned by the preview ConfigMap (deleting the preview deletes the Job,
 //!   its Pod and its stored result), labelled [`COMPONENT`] and without the
@@ -34,13 +35,12 @@ pub use crate::api::annotations::{
     ANNOTATION_PREVIEW_OF, ANNOTATION_PREVIEW_REFUSED, ANNOTATION_PREVIEW_UID, PREVIEW_LABEL,
 };
 use crate::api::annotations::{MIGRATION_LABEL, SCHEMA_LABEL};
-use crate::api::source::{ConfigMapSource, Source, SourceKind};
-use crate::api::status::{ActiveOperation, OperationType, SourceBinding};
+use crate::api::source::{ConfigMapSource, Source};
+use crate::api::status::{OperationType, SourceBinding};
 use crate::execution::job::{
     ANNOTATION_ATTEMPT, ANNOTATION_CONTENT_DIGEST, ANNOTATION_OPERATION_ID, LABEL_COMPONENT,
     OwnerKind,
 };
-use crate::lifecycle::common::{ClaimInputs, new_claim};
 use crate::protocol::result::OperationRef;
 
 /// `app.kubernetes.io/component` of a preview's Job and Pod.
@@ -178,43 +178,19 @@ pub fn source(r: &Request) -> Source {
 
 /// What the preview's claim binds: its own files, mounted as a snapshot.
 pub fn binding(r: &Request) -> SourceBinding {
-    SourceBinding {
-        kind: SourceKind::ConfigMap,
-        content_digest: r.content_digest.clone(),
-        config_map_uid: Some(r.uid.clone()),
-        snapshot_name: Some(r.name.clone()),
-        location_digest: None,
-        commit: None,
-        resolved_reference: None,
-        source_policy_uid: None,
-        source_policy_digest: None,
-        verification_policy_uid: None,
-        verification_policy_digest: None,
-        signer_evidence_digest: None,
-    }
+    SourceBinding::of_config_map(
+        r.content_digest.clone(),
+        Some(r.uid.clone()),
+        Some(r.name.clone()),
+    )
 }
 
-/// The preview's own claim, which no status holds: its operation id binds
-/// the preview's UID and instant, so the same preview always builds the
-/// same Job and two previews never share one.
-pub fn claim(r: &Request) -> ActiveOperation {
-    let mut c = new_claim(
-        ClaimInputs {
-            owner: r.kind,
-            resource: &r.resource,
-            uid: &r.uid,
-            generation: None,
-            op: operation(r.kind),
-            source: Some(binding(r)),
-            execution_epoch: None,
-            plan_fingerprint: None,
-            coordination_digest: None,
-            target_identity_digest: None,
-        },
-        &r.created,
-    );
-    c.job_name = Some(job_name(&c.operation_id));
-    c
+/// The preview's operation id: its UID and instant, so the same preview
+/// always names the same Job and two previews never share one.
+pub fn operation_id(r: &Request) -> String {
+    let when = r.created.0.to_string();
+    let text = format!("ptah-preview v1\n{}\n{when}\n", r.uid);
+    crate::execution::plan::content_digest(text.as_bytes())
 }
 
 /// `ptah-preview-<16 hex of the operation id>`.
@@ -294,7 +270,7 @@ pub fn check(op: &OperationRef, job: &Job, preview: &ConfigMap) -> Result<(), St
     {
         return Err("operation.resource is not the resource the preview names".into());
     }
-    if claim(&r).operation_id != op.operation_id {
+    if operation_id(&r) != op.operation_id {
         return Err("operation.operationId is not the preview's".into());
     }
     Ok(())
@@ -303,7 +279,13 @@ pub fn check(op: &OperationRef, job: &Job, preview: &ConfigMap) -> Result<(), St
 /// The preview ConfigMap the plugin creates for `files` (its name
 /// generated): the snapshot format, so the Job's source step checks the
 /// files against the digest before the database container starts.
-pub fn config_map(namespace: &str, kind: OwnerKind, resource: &str, resource_uid: &str, files: &Snapshot) -> ConfigMap {
+pub fn config_map(
+    namespace: &str,
+    kind: OwnerKind,
+    resource: &str,
+    resource_uid: &str,
+    files: &Snapshot,
+) -> ConfigMap {
     let binary = files.binary_data();
     ConfigMap {
         metadata: ObjectMeta {
@@ -314,7 +296,10 @@ pub fn config_map(namespace: &str, kind: OwnerKind, resource: &str, resource_uid
                 "true".to_string(),
             )])),
             annotations: Some(BTreeMap::from([
-                (ANNOTATION_PREVIEW_OF.to_string(), preview_of(kind, resource)),
+                (
+                    ANNOTATION_PREVIEW_OF.to_string(),
+                    preview_of(kind, resource),
+                ),
                 (ANNOTATION_PREVIEW_UID.to_string(), resource_uid.to_string()),
                 (
                     ANNOTATION_CONTENT_DIGEST.to_string(),
@@ -355,16 +340,14 @@ mod tests {
         let mut cm = config_map("shop", kind, "orders", "res-uid", &files());
         cm.metadata.name = Some("ptah-preview-abcde".into());
         cm.metadata.uid = Some("preview-uid".into());
-        cm.metadata.creation_timestamp = Some(Time(
-            "2026-12-06T08:00:00Z".parse().expect("an instant"),
-        ));
+        cm.metadata.creation_timestamp =
+            Some(Time("2026-12-06T08:00:00Z".parse().expect("an instant")));
         cm
     }
 
     fn op_of(r: &Request) -> OperationRef {
-        let c = claim(r);
         OperationRef {
-            operation_id: c.operation_id,
+            operation_id: operation_id(r),
             attempt: 1,
             resource: ResourceRef {
                 kind: r.kind.kind(),
@@ -373,7 +356,7 @@ mod tests {
             },
             resource_uid: r.resource_uid.clone(),
             generation: 1,
-            input_fingerprint: c.input_fingerprint,
+            input_fingerprint: format!("sha256:{}", "f".repeat(64)),
             pod_name: None,
             pod_uid: None,
             job_uid: None,
@@ -381,7 +364,7 @@ mod tests {
     }
 
     fn built_job(r: &Request) -> Job {
-        let c = claim(r);
+        let id = operation_id(r);
         let mut meta = ObjectMeta {
             name: Some("ptah-plan-orders-0123456789abcdef".into()),
             labels: Some(BTreeMap::from([
@@ -390,7 +373,7 @@ mod tests {
                 (SCHEMA_LABEL.to_string(), "orders".to_string()),
             ])),
             annotations: Some(BTreeMap::from([
-                (ANNOTATION_OPERATION_ID.to_string(), c.operation_id.clone()),
+                (ANNOTATION_OPERATION_ID.to_string(), id.clone()),
                 (ANNOTATION_ATTEMPT.to_string(), "1".to_string()),
             ])),
             ..ObjectMeta::default()
@@ -407,7 +390,7 @@ mod tests {
                 metadata: meta,
                 ..Job::default()
             },
-            &c.operation_id,
+            &id,
         )
     }
 
@@ -441,10 +424,18 @@ mod tests {
     #[test]
     fn a_preview_without_its_annotations_is_refused_naming_them() {
         for (key, value, field) in [
-            (ANNOTATION_PREVIEW_OF, "Deployment/orders", ANNOTATION_PREVIEW_OF),
+            (
+                ANNOTATION_PREVIEW_OF,
+                "Deployment/orders",
+                ANNOTATION_PREVIEW_OF,
+            ),
             (ANNOTATION_PREVIEW_OF, "PtahSchema/", ANNOTATION_PREVIEW_OF),
             (ANNOTATION_PREVIEW_UID, "", ANNOTATION_PREVIEW_UID),
-            (ANNOTATION_CONTENT_DIGEST, "sha256:12", ANNOTATION_CONTENT_DIGEST),
+            (
+                ANNOTATION_CONTENT_DIGEST,
+                "sha256:12",
+                ANNOTATION_CONTENT_DIGEST,
+            ),
         ] {
             let mut cm = stored(OwnerKind::PtahSchema);
             cm.metadata
@@ -457,19 +448,20 @@ mod tests {
     }
 
     #[test]
-    fn one_preview_always_builds_one_job_and_two_never_share_one() {
+    fn one_preview_always_names_one_job_and_two_never_share_one() {
         let r = request_of(&stored(OwnerKind::PtahSchema)).expect("a request");
-        let (a, b) = (claim(&r), claim(&r));
-        assert_eq!(a, b);
-        assert_eq!(a.type_, OperationType::Plan);
-        assert_eq!(a.job_name, Some(job_name(&a.operation_id)));
+        let id = operation_id(&r);
+        assert_eq!(id, operation_id(&r));
+        assert!(crate::protocol::naming::sha256_hex(&id).is_some(), "{id}");
+        assert!(job_name(&id).starts_with(NAME_PREFIX));
         assert_eq!(
-            a.source.as_ref().and_then(|s| s.snapshot_name.as_deref()),
-            Some("ptah-preview-abcde")
+            binding(&r).snapshot_name.as_deref(),
+            Some("ptah-preview-abcde"),
+            "its Job mounts the preview where a snapshot would be"
         );
         let mut other = r.clone();
         other.uid = "another-preview".into();
-        assert_ne!(claim(&other).operation_id, a.operation_id);
+        assert_ne!(operation_id(&other), id);
     }
 
     #[test]
@@ -479,10 +471,16 @@ mod tests {
         let labels = j.metadata.labels.clone().unwrap_or_default();
         assert_eq!(labels[LABEL_COMPONENT], COMPONENT);
         assert_eq!(labels[PREVIEW_LABEL], "ptah-preview-abcde");
-        assert!(!labels.contains_key(SCHEMA_LABEL), "the resource's sweep never meets it");
+        assert!(
+            !labels.contains_key(SCHEMA_LABEL),
+            "the resource's sweep never meets it"
+        );
         let owners = j.metadata.owner_references.clone().unwrap_or_default();
         assert_eq!(owners.len(), 1);
-        assert_eq!((owners[0].kind.as_str(), owners[0].uid.as_str()), ("ConfigMap", "preview-uid"));
+        assert_eq!(
+            (owners[0].kind.as_str(), owners[0].uid.as_str()),
+            ("ConfigMap", "preview-uid")
+        );
         assert!(
             j.metadata
                 .name

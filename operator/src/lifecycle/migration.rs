@@ -175,8 +175,6 @@
 //! The test `module_doc_names_only_existing_tests` checks every name above
 //! exists.
 
-use std::time::Duration;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::common::{self, ClaimExtras, InputMove, Machinery};

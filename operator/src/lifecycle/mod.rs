@@ -8,9 +8,9 @@ pub mod common;
 pub use crate::api::conditions;
 pub mod journal;
 pub mod migration;
+pub mod preview;
 pub mod read_request;
 pub mod realm;
-pub mod preview;
 pub mod schema;
 #[cfg(test)]
 mod test_support;

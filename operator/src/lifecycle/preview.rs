@@ -58,21 +58,25 @@ impl Verdict {
 /// Where a previewed plan's statements are, for the hold's message.
 const SEE: &str = "the statements are listed above";
 
-/// A schema preview's verdict under `policy`, with the first statement
-/// Ptah classes destructive and the first protected table the plan changes.
-pub fn of_schema(policy: &SchemaPolicy, outcome: &PlanOutcome) -> Verdict {
+/// A schema preview's verdict under `policy`, naming the first protected
+/// table the plan changes and `destructive_statement`, the first statement
+/// Ptah classes destructive (`runner::reports::first_destructive`).
+pub fn of_schema(
+    policy: &SchemaPolicy,
+    outcome: &PlanOutcome,
+    destructive_statement: Option<&str>,
+) -> Verdict {
     let Some(change) = &outcome.change else {
         return Verdict::NoChange;
     };
     let table = policy::protected(&policy.protected_tables, &change.tables);
-    let statement = policy::first_destructive(&change.plan);
     let subject = "the previewed plan";
     if let Some((reason, message)) = policy::hold(
         policy,
         subject,
         change.destructive,
         table.as_deref(),
-        statement.as_deref(),
+        destructive_statement,
         SEE,
     ) {
         return Verdict::Refused { reason, message };
@@ -116,12 +120,7 @@ pub fn of_schema(policy: &SchemaPolicy, outcome: &PlanOutcome) -> Verdict {
 /// A migration preview's verdict under `policy`: the history verdict the
 /// manager would reach, then the apply policy over the pending versions.
 pub fn of_migrations(policy: &MigrationPolicy, report: &HistoryReport) -> Verdict {
-    let versions = |v: &[i64]| {
-        v.iter()
-            .map(i64::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let versions = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
     let refused = |reason, message: String| Verdict::Refused { reason, message };
     match report.verdict() {
         HistoryVerdict::Dirty => refused(
@@ -236,7 +235,7 @@ mod tests {
             change: None,
             ..outcome(false, &[], false)
         };
-        let v = of_schema(&schema_policy(serde_json::json!({})), &none);
+        let v = of_schema(&schema_policy(serde_json::json!({})), &none, None);
         assert_eq!(v, Verdict::NoChange);
         assert_eq!(v.exit_code(), 0);
     }
@@ -244,13 +243,16 @@ mod tests {
     #[test]
     fn a_schema_preview_the_policy_refuses_exits_3_naming_the_rule() {
         let protect = schema_policy(serde_json::json!({"protectedTables": ["audit"]}));
-        let v = of_schema(&protect, &outcome(false, &["public.audit"], false));
-        assert!(matches!(&v, Verdict::Refused { reason: Reason::ProtectedTable, message } if message.contains("public.audit")));
+        let v = of_schema(&protect, &outcome(false, &["public.audit"], false), None);
+        assert!(
+            matches!(&v, Verdict::Refused { reason: Reason::ProtectedTable, message } if message.contains("public.audit"))
+        );
         assert_eq!(v.exit_code(), 3);
 
         let v = of_schema(
             &schema_policy(serde_json::json!({})),
             &outcome(true, &["public.audit"], false),
+            Some("DROP TABLE audit"),
         );
         assert!(
             matches!(&v, Verdict::Refused { reason: Reason::DestructiveChangesDisabled, message } if message.contains("DROP TABLE audit")),
@@ -258,29 +260,66 @@ mod tests {
         );
 
         let never = schema_policy(serde_json::json!({"apply": "Never"}));
-        let v = of_schema(&never, &outcome(false, &["public.t"], false));
-        assert!(matches!(v, Verdict::Refused { reason: Reason::ApplyDisabled, .. }));
+        let v = of_schema(&never, &outcome(false, &["public.t"], false), None);
+        assert!(matches!(
+            v,
+            Verdict::Refused {
+                reason: Reason::ApplyDisabled,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn a_schema_change_waits_for_an_approval_or_runs_under_always_exits_2() {
         let on_approval = schema_policy(serde_json::json!({"apply": "OnApproval"}));
-        let v = of_schema(&on_approval, &outcome(false, &["public.t"], false));
-        assert!(matches!(v, Verdict::Change { approval_required: true, reason: Reason::AwaitingApproval, .. }));
+        let v = of_schema(&on_approval, &outcome(false, &["public.t"], false), None);
+        assert!(matches!(
+            v,
+            Verdict::Change {
+                approval_required: true,
+                reason: Reason::AwaitingApproval,
+                ..
+            }
+        ));
         assert_eq!(v.exit_code(), 2);
 
         let always = schema_policy(serde_json::json!({"apply": "Always"}));
-        let v = of_schema(&always, &outcome(false, &["public.t"], false));
-        assert!(matches!(v, Verdict::Change { approval_required: false, reason: Reason::NotRequired, .. }));
+        let v = of_schema(&always, &outcome(false, &["public.t"], false), None);
+        assert!(matches!(
+            v,
+            Verdict::Change {
+                approval_required: false,
+                reason: Reason::NotRequired,
+                ..
+            }
+        ));
         assert_eq!(v.exit_code(), 2);
 
-        let v = of_schema(&always, &outcome(false, &["public.t"], true));
-        assert!(matches!(v, Verdict::Change { approval_required: true, reason: Reason::PrivilegeChanges, .. }));
+        let v = of_schema(&always, &outcome(false, &["public.t"], true), None);
+        assert!(matches!(
+            v,
+            Verdict::Change {
+                approval_required: true,
+                reason: Reason::PrivilegeChanges,
+                ..
+            }
+        ));
 
         let destructive_allowed =
             schema_policy(serde_json::json!({"apply": "Always", "allowDestructive": true}));
-        let v = of_schema(&destructive_allowed, &outcome(true, &["public.t"], false));
-        assert!(matches!(v, Verdict::Change { approval_required: true, .. }));
+        let v = of_schema(
+            &destructive_allowed,
+            &outcome(true, &["public.t"], false),
+            None,
+        );
+        assert!(matches!(
+            v,
+            Verdict::Change {
+                approval_required: true,
+                ..
+            }
+        ));
     }
 
     fn report(json: serde_json::Value) -> HistoryReport {
@@ -303,12 +342,26 @@ mod tests {
         let pending = serde_json::json!({"pending": [{"version": 2, "checksum": "c2"}, {"version": 3, "checksum": "c3"}]});
         let on_approval = migration_policy("OnApproval");
         let v = of_migrations(&on_approval, &report(pending.clone()));
-        assert!(matches!(&v, Verdict::Change { approval_required: true, message, .. } if message.contains("2, 3")));
+        assert!(
+            matches!(&v, Verdict::Change { approval_required: true, message, .. } if message.contains("2, 3"))
+        );
         assert_eq!(v.exit_code(), 2);
         let v = of_migrations(&migration_policy("Always"), &report(pending.clone()));
-        assert!(matches!(v, Verdict::Change { approval_required: false, .. }));
+        assert!(matches!(
+            v,
+            Verdict::Change {
+                approval_required: false,
+                ..
+            }
+        ));
         let v = of_migrations(&migration_policy("Never"), &report(pending));
-        assert!(matches!(v, Verdict::Refused { reason: Reason::ApplyDisabled, .. }));
+        assert!(matches!(
+            v,
+            Verdict::Refused {
+                reason: Reason::ApplyDisabled,
+                ..
+            }
+        ));
         assert_eq!(v.exit_code(), 3);
         assert_eq!(
             of_migrations(&on_approval, &report(serde_json::json!({}))),
@@ -320,18 +373,34 @@ mod tests {
     fn a_migration_preview_the_history_refuses_exits_3_naming_the_versions() {
         let p = migration_policy("Always");
         let v = of_migrations(&p, &report(serde_json::json!({"modifiedVersions": [1]})));
-        assert!(matches!(&v, Verdict::Refused { reason: Reason::HistoryModified, message } if message.contains("version(s) 1 ")));
+        assert!(
+            matches!(&v, Verdict::Refused { reason: Reason::HistoryModified, message } if message.contains("version(s) 1 "))
+        );
         let v = of_migrations(&p, &report(serde_json::json!({"aheadVersions": [7]})));
-        assert!(matches!(&v, Verdict::Refused { reason: Reason::HistoryAhead, message } if message.contains('7')));
+        assert!(
+            matches!(&v, Verdict::Refused { reason: Reason::HistoryAhead, message } if message.contains('7'))
+        );
         let v = of_migrations(
             &p,
-            &report(serde_json::json!({"currentVersion": 5, "pending": [{"version": 4, "checksum": "c"}]})),
+            &report(
+                serde_json::json!({"currentVersion": 5, "pending": [{"version": 4, "checksum": "c"}]}),
+            ),
         );
-        assert!(matches!(&v, Verdict::Refused { reason: Reason::HistoryOutOfOrder, message } if message.contains("version 5")));
+        assert!(
+            matches!(&v, Verdict::Refused { reason: Reason::HistoryOutOfOrder, message } if message.contains("version 5"))
+        );
         let v = of_migrations(
             &p,
-            &report(serde_json::json!({"dirtyRevision": {"version": 1, "direction": "Up", "state": "dirty"}})),
+            &report(
+                serde_json::json!({"dirtyRevision": {"version": 1, "direction": "Up", "state": "dirty"}}),
+            ),
         );
-        assert!(matches!(v, Verdict::Refused { reason: Reason::HistoryDirty, .. }));
+        assert!(matches!(
+            v,
+            Verdict::Refused {
+                reason: Reason::HistoryDirty,
+                ..
+            }
+        ));
     }
 }

@@ -140,8 +140,6 @@
 //! The test `module_doc_names_only_existing_tests` checks every name above
 //! exists.
 
-use std::time::Duration;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::common::{self, ClaimExtras, InputMove, Machinery};
@@ -233,9 +231,9 @@ pub struct Step {
 super::common::shared_words!(Observation, Effect);
 
 mod apply;
+pub mod policy;
 mod proof;
 mod read;
-pub mod policy;
 
 /// Steps the schema: pure and deterministic.
 pub fn step(schema: &PtahSchema, observation: &Observation, now: &Time) -> Step {

@@ -337,6 +337,16 @@ pub struct PlanStatement {
     pub reason: String,
 }
 
+/// The first statement Ptah's plan document classes destructive, for the
+/// message of a plan `allowDestructive` holds back.
+pub fn first_destructive(plan: &str) -> Option<String> {
+    let doc: PlanDocument = serde_json::from_str(plan).ok()?;
+    doc.statements
+        .into_iter()
+        .find(|s| s.severity == "destructive")
+        .map(|s| s.sql)
+}
+
 /// What one `schema plan --dry-run` said.
 #[derive(Debug, Clone)]
 pub enum Planned {
@@ -1010,5 +1020,20 @@ mod tests {
                 PrivilegeChange::Ownership
             ]
         );
+    }
+
+    #[test]
+    fn the_first_destructive_statement_is_named() {
+        let plan = r#"{"format_version": 1, "name": "plan_0123456789ab", "dialect": "postgres",
+            "from_fingerprint": "a", "to_fingerprint": "b", "destructive": true,
+            "statements": [
+              {"sql": "ALTER TABLE orders ADD COLUMN a int", "severity": "safe", "reason": ""},
+              {"sql": "ALTER TABLE orders DROP COLUMN note", "severity": "destructive", "reason": "drops a column"},
+              {"sql": "DROP TABLE t", "severity": "destructive", "reason": "drops a table"}]}"#;
+        assert_eq!(
+            first_destructive(plan).as_deref(),
+            Some("ALTER TABLE orders DROP COLUMN note")
+        );
+        assert_eq!(first_destructive("not a plan"), None);
     }
 }

@@ -1,12 +1,11 @@
 //! What a schema's policy makes of a plan, pure: the protected table it
-//! changes, the destructive statement it holds, and the hold
+//! changes, and the hold
 //! (`ProtectedTable`, `DestructiveChangesDisabled`, `ApplyDisabled`) that
 //! keeps it from running. The Planning verdict and a preview
 //! (`crate::lifecycle::preview`) read the same rules.
 
 use crate::api::common::{ApplyPolicy, SchemaPolicy};
 use crate::api::condition::Reason;
-use crate::runner::reports::PlanDocument;
 
 /// What holds a plan back, as its reason and a message naming the table or
 /// statement and the way out; `None` when the policy lets it wait for an
@@ -77,16 +76,6 @@ pub fn protected(protected: &[String], tables: &[String]) -> Option<String> {
         .cloned()
 }
 
-/// The first statement Ptah's plan document classes destructive, for the
-/// message of a plan `allowDestructive` holds back.
-pub fn first_destructive(plan: &str) -> Option<String> {
-    let doc: PlanDocument = serde_json::from_str(plan).ok()?;
-    doc.statements
-        .into_iter()
-        .find(|s| s.severity == "destructive")
-        .map(|s| s.sql)
-}
-
 /// A statement on one line, cut to 120 characters, for a condition message.
 fn short_statement(sql: &str) -> String {
     let line = sql.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -98,7 +87,7 @@ fn short_statement(sql: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{first_destructive, protected};
+    use super::protected;
 
     #[test]
     fn a_protected_table_is_matched_qualified_or_bare_without_case() {
@@ -118,20 +107,5 @@ mod tests {
         assert_eq!(found(&["billing.customers"]), None);
         assert_eq!(found(&["public.orders"]), None);
         assert_eq!(protected(&[], &["public.orders".into()]), None);
-    }
-
-    #[test]
-    fn the_first_destructive_statement_is_named() {
-        let plan = r#"{"format_version": 1, "name": "plan_0123456789ab", "dialect": "postgres",
-            "from_fingerprint": "a", "to_fingerprint": "b", "destructive": true,
-            "statements": [
-              {"sql": "ALTER TABLE orders ADD COLUMN a int", "severity": "safe", "reason": ""},
-              {"sql": "ALTER TABLE orders DROP COLUMN note", "severity": "destructive", "reason": "drops a column"},
-              {"sql": "DROP TABLE t", "severity": "destructive", "reason": "drops a table"}]}"#;
-        assert_eq!(
-            first_destructive(plan).as_deref(),
-            Some("ALTER TABLE orders DROP COLUMN note")
-        );
-        assert_eq!(first_destructive("not a plan"), None);
     }
 }
