@@ -522,6 +522,7 @@ fn oci(reference: String, policy: Option<&str>) -> SourceInput {
             name: name.into(),
             key: "policy.yaml".into(),
         }),
+        flux_content: None,
     })
 }
 

@@ -74,6 +74,8 @@ fn source_lines(b: &SourceBinding) -> Vec<(String, String)> {
     add("location", &b.location_digest);
     add("commit", &b.commit);
     add("reference", &b.resolved_reference);
+    add("fluxObjectUID", &b.flux_object_uid);
+    add("fluxRevision", &b.flux_revision);
     add("sourcePolicy", &b.source_policy_digest);
     add("verificationPolicy", &b.verification_policy_digest);
     add("signerEvidence", &b.signer_evidence_digest);
@@ -106,6 +108,15 @@ pub fn provenance(r: &Resource, b: &SourceBinding) -> Vec<(String, String)> {
                 .clone()
                 .unwrap_or_else(|| b.content_digest.clone()),
         )),
+        SourceKind::Flux => {
+            out.push((
+                "flux revision".to_string(),
+                b.flux_revision.clone().unwrap_or_else(|| "?".into()),
+            ));
+            if let Some(r) = &b.resolved_reference {
+                out.push(("artifact".to_string(), r.clone()));
+            }
+        }
     }
     let Some(bound) = &b.signer_evidence_digest else {
         if b.kind == SourceKind::OCI {

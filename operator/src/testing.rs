@@ -199,6 +199,8 @@ pub fn source_binding() -> SourceBinding {
         verification_policy_digest: Some(digest(4)),
         // The digest of the evidence status holds, as Verify binds it.
         signer_evidence_digest: crate::api::status::signer_evidence_digest(&verification_evidence()),
+        flux_object_uid: Some("flux-uid".into()),
+        flux_revision: Some(format!("v1@{}", digest(1))),
     }
 }
 
@@ -243,6 +245,15 @@ pub fn source_status() -> SourceStatus {
         }),
         source_policy: Some(policy_binding("source-policy", 3)),
         verification: Some(verification_evidence()),
+        flux: Some(FluxResolution {
+            kind: FluxSourceKind::OCIRepository,
+            name: "schema".into(),
+            uid: "flux-uid".into(),
+            artifact_digest: digest(7),
+            path: Some("db".into()),
+            snapshot_name: "ptah-src-abc".into(),
+            snapshot_uid: Some("snap-uid".into()),
+        }),
     }
 }
 
@@ -370,6 +381,7 @@ pub fn schema_example() -> PtahSchema {
                 oci: None,
                 source_policy_from: Some(policy_ref("source-policy")),
                 verification_policy_from: None,
+                flux: None,
             },
             policy: SchemaPolicy {
                 apply: ApplyPolicy::Always,
@@ -531,6 +543,7 @@ pub fn migration_example() -> PtahMigration {
                 }),
                 source_policy_from: None,
                 verification_policy_from: Some(policy_ref("verification-policy")),
+                flux: None,
             },
             policy: MigrationPolicy {
                 apply: ApplyPolicy::Never,

@@ -291,7 +291,7 @@ fn the_rules_the_api_promises_are_in_the_crds() {
     let schema_rules = rules(&PtahSchema::crd());
     let messages: Vec<&str> = schema_rules.iter().map(|(_, m)| m.as_str()).collect();
     for expected in [
-        "spec.source must set exactly one of configMap, git or oci",
+        "spec.source must set exactly one of configMap, git, oci or flux",
         "spec.target must set exactly one of coordinationKey or realmRef",
         "spec.source.git.ref must set exactly one of branch, tag or commit",
         "spec.policy.lockTimeout must not exceed spec.execution.activeDeadlineSeconds",
@@ -723,6 +723,7 @@ fn assert_schema_covered<K: Serialize>(crd: &CustomResourceDefinition, value: &K
             "spec.source.configMap"
                 | "spec.source.git"
                 | "spec.source.oci"
+                | "spec.source.flux"
                 | "spec.source.sourcePolicyFrom"
                 | "spec.source.verificationPolicyFrom"
                 | "spec.source.git.ref.tag"
@@ -795,6 +796,7 @@ fn the_other_source_kinds_round_trip_too() {
             }),
             git: None,
             oci: None,
+            flux: None,
             source_policy_from: Some(policy_ref("source-policy")),
             verification_policy_from: None,
         },
@@ -811,8 +813,21 @@ fn the_other_source_kinds_round_trip_too() {
                 secret_ref: None,
             }),
             oci: None,
+            flux: None,
             source_policy_from: None,
             verification_policy_from: None,
+        },
+        Source {
+            config_map: None,
+            git: None,
+            oci: None,
+            flux: Some(FluxSource {
+                kind: FluxSourceKind::OCIRepository,
+                name: "shop-schema".into(),
+                path: Some("db".into()),
+            }),
+            source_policy_from: None,
+            verification_policy_from: Some(policy_ref("verification")),
         },
     ] {
         let mut schema = schema_example();

@@ -68,6 +68,8 @@ fn source_digest(source: &SourceInput) -> String {
             .rsplit_once('@')
             .map(|(_, d)| d.to_string())
             .expect("a pinned reference"),
+        // Resolve alone reads a Flux source, which has no source step.
+        SourceInput::Flux(f) => f.artifact.as_ref().expect("an artifact").digest.clone(),
     }
 }
 
@@ -76,6 +78,7 @@ fn source_kind(source: &SourceInput) -> SourceKindArg {
         SourceInput::ConfigMap { .. } => SourceKindArg::ConfigMap,
         SourceInput::Git(_) => SourceKindArg::Git,
         SourceInput::Oci(_) => SourceKindArg::Oci,
+        SourceInput::Flux(_) => SourceKindArg::Flux,
     }
 }
 
@@ -229,12 +232,34 @@ fn check_operation_step(stem: &str, input: &JobInput, cli: Cli) {
             };
             assert_eq!(a.reference, o.reference, "{stem}");
         }
+        (OperationType::Resolve, Command::Resolve(ResolveCommand::Flux(a))) => {
+            check_common(stem, input, &a.common);
+            let SourceInput::Flux(f) = &input.source else {
+                panic!("{stem}: resolve flux of another source");
+            };
+            let artifact = f.artifact.as_ref().expect("an artifact");
+            assert_eq!(a.flux_kind, f.kind.as_str(), "{stem}");
+            assert_eq!(a.flux_name, f.name, "{stem}");
+            assert_eq!(a.flux_uid, artifact.uid, "{stem}");
+            assert_eq!(a.url, artifact.url, "{stem}");
+            assert_eq!(a.artifact_digest, artifact.digest, "{stem}");
+            assert_eq!(a.revision, artifact.revision, "{stem}");
+            assert_eq!(a.path, f.path, "{stem}");
+            assert_eq!(a.reference, artifact.reference, "{stem}");
+        }
         (OperationType::Verify, Command::Verify(VerifyCommand::Oci(a))) => {
             check_common(stem, input, &a.common);
             let SourceInput::Oci(o) = &input.source else {
                 panic!("{stem}: verify oci of another source");
             };
             assert_eq!(a.reference, o.reference, "{stem}");
+            let flux = o.flux_content.as_ref();
+            assert_eq!(
+                a.content_digest.as_ref(),
+                flux.map(|f| &f.content_digest),
+                "{stem}"
+            );
+            assert_eq!(a.path, flux.and_then(|f| f.path.clone()), "{stem}");
         }
         (OperationType::Observe, Command::Observe(d))
         | (OperationType::Plan, Command::Plan(d))

@@ -93,9 +93,9 @@ fn every_example_matches_its_golden() {
         "goldens out of date (PTAH_BLESS=1 rewrites them):\n{}",
         failures.join("\n")
     );
-    // 12 schema + 9 migration examples, the full-execution one and the Git
-    // Resolve under a source policy.
-    assert_eq!(stems.len(), 23);
+    // 12 schema + 9 migration examples, the full-execution one, the Git
+    // Resolve under a source policy, and a Flux source's Resolve and Verify.
+    assert_eq!(stems.len(), 25);
 }
 
 #[test]
@@ -239,7 +239,8 @@ fn every_secret_reaches_exactly_its_one_container() {
         let credential = match &input.source {
             SourceInput::ConfigMap { .. } => None,
             SourceInput::Git(_) => Some("git-credentials"),
-            SourceInput::Oci(_) => Some("registry-credentials"),
+            SourceInput::Oci(o) => o.auth.as_ref().map(|_| "registry-credentials"),
+            SourceInput::Flux(_) => None,
         };
         if let Some(c) = credential {
             assert!(seen.contains_key(c), "{stem}: {c}");

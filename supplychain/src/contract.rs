@@ -30,6 +30,10 @@
 //! | ConfigMap | ConfigMap UID, content digest, source policy UID + digest | snapshot name |
 //! | Git | location digest (URL + path), content digest, source policy UID + digest | commit |
 //! | OCI | artifact (manifest) digest, verification policy UID + digest, signer evidence digest | resolved reference |
+//! | Flux | the Flux object's UID, Flux's revision, content digest; under a verification policy its UID + digest and the signer evidence digest | snapshot name, resolved reference |
+//!
+//! Flux's revision is bound, unlike a Git commit: the reviewer approved what
+//! Flux named, and another revision is another plan even with equal files.
 //!
 //! The commit is evidence, not bound: a new commit that leaves the selected
 //! files as they were keeps the plan (seed). The snapshot name derives from
@@ -183,6 +187,8 @@ pub enum SourceKind {
     Git,
     /// An OCI artifact by digest.
     OCI,
+    /// A Flux source's artifact, snapshotted.
+    Flux,
 }
 
 /// A policy ConfigMap as bound: its UID and the SHA-256 of its key's bytes.
@@ -291,6 +297,16 @@ pub struct SourceBinding {
     /// Digest of the [`SignerEvidence`] (OCI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signer_evidence_digest: Option<String>,
+    /// UID of the Flux object (Flux).
+    #[serde(
+        rename = "fluxObjectUID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub flux_object_uid: Option<String>,
+    /// Flux's revision of the artifact (Flux).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flux_revision: Option<String>,
 }
 
 impl SourceBinding {
@@ -308,6 +324,8 @@ impl SourceBinding {
             verification_policy_uid: None,
             verification_policy_digest: None,
             signer_evidence_digest: None,
+            flux_object_uid: None,
+            flux_revision: None,
         }
     }
 
@@ -363,6 +381,50 @@ impl SourceBinding {
         Ok(b)
     }
 
+    /// A Flux source: the object's UID, Flux's revision and the snapshot's
+    /// content digest, and under a verification policy the evidence of the
+    /// signature accepted on the manifest Flux named.
+    pub fn flux(
+        object_uid: &str,
+        revision: &str,
+        content_digest: &str,
+        snapshot_name: &str,
+        verified: Option<(&str, PolicyRef, &SignerEvidence)>,
+    ) -> Result<SourceBinding, ContractError> {
+        let mut b = Self::empty(SourceKind::Flux, content_digest.to_string());
+        b.flux_object_uid = Some(object_uid.to_string());
+        b.flux_revision = Some(revision.to_string());
+        b.snapshot_name = Some(snapshot_name.to_string());
+        if let Some((reference, policy, evidence)) = verified {
+            b.resolved_reference = Some(reference.to_string());
+            b.verification_policy_uid = Some(policy.uid);
+            b.verification_policy_digest = Some(policy.digest);
+            b.signer_evidence_digest = Some(evidence.digest()?);
+        }
+        Ok(b)
+    }
+
+    fn verification(&self) -> Result<(Value, Value), ContractError> {
+        match (
+            &self.verification_policy_uid,
+            &self.verification_policy_digest,
+            &self.signer_evidence_digest,
+        ) {
+            (None, None, None) => Ok((Value::Null, Value::Null)),
+            (Some(uid), Some(digest), Some(evidence)) => Ok((
+                json!({
+                    "uid": nonempty(uid, "source.verificationPolicyUID")?,
+                    "digest": nonempty(digest, "source.verificationPolicyDigest")?,
+                }),
+                json!(nonempty(evidence, "source.signerEvidenceDigest")?),
+            )),
+            _ => Err(invalid(
+                "source.verificationPolicyUID",
+                "a verified source needs the policy's UID and digest and the signer evidence digest",
+            )),
+        }
+    }
+
     fn source_policy(&self) -> Result<Value, ContractError> {
         match (&self.source_policy_uid, &self.source_policy_digest) {
             (None, None) => Ok(Value::Null),
@@ -389,6 +451,14 @@ impl SourceBinding {
             }
         };
         match self.kind {
+            SourceKind::ConfigMap | SourceKind::Git | SourceKind::OCI
+                if self.flux_object_uid.is_some() || self.flux_revision.is_some() =>
+            {
+                Err(invalid(
+                    "source.fluxObjectUID",
+                    "belongs to another source kind",
+                ))
+            }
             SourceKind::ConfigMap => {
                 foreign(self.location_digest.is_some(), "source.locationDigest")?;
                 foreign(
@@ -435,6 +505,20 @@ impl SourceBinding {
                         "digest": required(&self.verification_policy_digest, "source.verificationPolicyDigest")?,
                     },
                     "signer_evidence_digest": required(&self.signer_evidence_digest, "source.signerEvidenceDigest")?,
+                }))
+            }
+            SourceKind::Flux => {
+                foreign(self.config_map_uid.is_some(), "source.configMapUID")?;
+                foreign(self.location_digest.is_some(), "source.locationDigest")?;
+                foreign(self.source_policy_uid.is_some(), "source.sourcePolicyUID")?;
+                let (policy, evidence) = self.verification()?;
+                Ok(json!({
+                    "kind": "Flux",
+                    "object_uid": required(&self.flux_object_uid, "source.fluxObjectUID")?,
+                    "revision": required(&self.flux_revision, "source.fluxRevision")?,
+                    "content_digest": content,
+                    "verification_policy": policy,
+                    "signer_evidence_digest": evidence,
                 }))
             }
         }

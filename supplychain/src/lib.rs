@@ -8,6 +8,7 @@
 //! plain inputs here, so every step is testable against real servers alone.
 
 pub mod contract;
+pub mod flux;
 pub mod git;
 pub mod manifest;
 pub mod oci;

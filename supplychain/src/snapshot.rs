@@ -191,6 +191,16 @@ pub fn select_files(
     Ok(files)
 }
 
+/// The bytes a snapshot of `files` would hold, as the API server counts them
+/// against [`MAX_CONFIG_MAP_BYTES`]: every key and value of `data` and
+/// `binaryData`, the manifest included. Shared with the other sources that
+/// become snapshots (Flux artifacts).
+pub(crate) fn config_map_size(files: &BTreeMap<String, Vec<u8>>, manifest: &Manifest) -> usize {
+    files.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+        + MANIFEST_KEY.len()
+        + manifest.to_bytes().len()
+}
+
 /// Takes the snapshot of the selected keys for the resource `owner_uid`.
 pub fn take(
     source: &SourceConfigMap,
@@ -207,10 +217,7 @@ pub fn take(
         limits,
     )?;
     let content_digest = manifest.digest();
-    // What the API server counts: every key and value of data and binaryData.
-    let size = files.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
-        + MANIFEST_KEY.len()
-        + manifest.to_bytes().len();
+    let size = config_map_size(&files, &manifest);
     if size > MAX_CONFIG_MAP_BYTES {
         return Err(SnapshotError::TooLarge { size });
     }

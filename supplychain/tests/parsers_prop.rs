@@ -11,6 +11,7 @@
 //! | `oci_reference_*`, `docker_config_*` | [`OciReference`]'s `FromStr`, [`Credentials::from_docker_config`] | OCI manifest (the reference and credentials that reach it) |
 //! | `referrers_*` | the referrers index (oci-client's `OciImageIndex`), [`oci::read_manifest`] and [`oci::check_referrer`] of each referrer | referrers |
 //! | `git_advertisement_*` | gix's protocol v1 handshake and ref lines, [`Advertisement::from_handshake`] | Git advertisement |
+//! | `flux_artifact_*` | [`flux::files_at`] (gzip, tar, entry names) | Flux artifact |
 //!
 //! The DSSE bundle a referrer carries is read by a private parser; its
 //! property test is in `src/verification/mod.rs`.
@@ -27,6 +28,7 @@ use gix::protocol::transport::packetline::blocking_io::StreamingPeekableIter;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{Value, json};
+use supplychain::flux::{self, FluxError};
 use supplychain::git::{AdvertisedRef, Advertisement, ByIdPermission};
 use supplychain::manifest::{self, Limits, Manifest, ParseError};
 use supplychain::oci::{
@@ -290,6 +292,7 @@ fn artifact_manifest() -> impl Strategy<Value = (ArtifactKind, Value)> {
             let titles: Vec<String> = match kind {
                 ArtifactKind::Schema => vec!["schema.hcl".into()],
                 ArtifactKind::Migrations => titles.into_iter().collect(),
+                ArtifactKind::Flux => unreachable!("only Ptah's kinds are generated"),
             };
             let layers: Vec<Value> = titles
                 .iter()
@@ -375,9 +378,12 @@ proptest! {
         // Never the other kind.
         let other = match kind {
             ArtifactKind::Schema => ArtifactKind::Migrations,
-            ArtifactKind::Migrations => ArtifactKind::Schema,
+            ArtifactKind::Migrations | ArtifactKind::Flux => ArtifactKind::Schema,
         };
         let e = oci::check_artifact(&fetched, other).unwrap_err();
+        prop_assert!(matches!(e, OciError::ArtifactType { .. }), "{e}");
+        // Nor a Flux artifact.
+        let e = oci::check_artifact(&fetched, ArtifactKind::Flux).unwrap_err();
         prop_assert!(matches!(e, OciError::ArtifactType { .. }), "{e}");
     }
 
@@ -742,5 +748,108 @@ proptest! {
                 prop_assert!(r.peeled.as_ref().is_none_or(|p| p.len() == 40));
             }
         }
+    }
+}
+
+// ---- Flux artifact ----
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(bytes).expect("in memory");
+    gz.finish().expect("in memory")
+}
+
+/// A tar of `files` as a writer lays it out, names kept byte for byte.
+fn tar_of(files: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (name, data) in files {
+        let mut h = tar::Header::new_gnu();
+        let slot = &mut h.as_gnu_mut().expect("a GNU header").name;
+        let n = name.len().min(slot.len());
+        slot[..n].copy_from_slice(&name.as_bytes()[..n]);
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append(&h, data.as_slice()).expect("in memory");
+    }
+    b.into_inner().expect("in memory")
+}
+
+fn flux_path() -> impl Strategy<Value = Option<String>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(".".to_string())),
+        "(\\./)?[a-z]{1,3}/?".prop_map(Some),
+        ".{0,12}".prop_map(Some),
+    ]
+}
+
+/// Whatever the bytes, `files_at` gives checked files or a refusal that says
+/// something.
+fn check_flux(bytes: &[u8], path: Option<&str>) -> Result<(), TestCaseError> {
+    for limits in [Limits::default(), small_limits()] {
+        match flux::files_at(bytes, path, &limits) {
+            Ok(f) => {
+                prop_assert!(!f.files.is_empty());
+                prop_assert!(f.files.len() <= limits.max_files);
+                prop_assert_eq!(f.manifest.digest(), f.content_digest.clone());
+                for key in f.files.keys() {
+                    prop_assert!(snapshot::check_key(key).is_ok(), "{key:?}");
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                prop_assert!(!text.is_empty(), "{e:?}");
+                if let FluxError::NotATarball { reason } = &e {
+                    prop_assert!(!reason.is_empty(), "{text}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn flux_artifact_of_any_bytes_never_panics(
+        bytes in prop::collection::vec(any::<u8>(), 0..1200),
+        path in flux_path(),
+    ) {
+        // The bytes as served, and gzipped so the tar reader sees them too.
+        check_flux(&bytes, path.as_deref())?;
+        check_flux(&gzip(&bytes), path.as_deref())?;
+    }
+
+    #[test]
+    fn flux_artifact_with_a_changed_byte_never_panics(
+        files in prop::collection::vec(
+            (
+                prop_oneof!["(\\./)?[a-z]{1,3}/[a-z0-9._]{1,6}", "(\\./)?[a-z0-9._]{1,6}", ".{0,12}"],
+                prop::collection::vec(any::<u8>(), 0..40),
+            ),
+            0..5,
+        ),
+        path in flux_path(),
+        at in any::<Index>(),
+        byte in any::<u8>(),
+        in_tar in any::<bool>(),
+    ) {
+        let tar = tar_of(&files);
+        check_flux(&gzip(&tar), path.as_deref())?;
+        let bytes = if in_tar {
+            let mut tar = tar;
+            let i = at.index(tar.len());
+            tar[i] = byte;
+            gzip(&tar)
+        } else {
+            let mut gz = gzip(&tar);
+            let i = at.index(gz.len());
+            gz[i] = byte;
+            gz
+        };
+        check_flux(&bytes, path.as_deref())?;
     }
 }

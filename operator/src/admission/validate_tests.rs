@@ -709,6 +709,8 @@ fn oci_schema(
         verification_policy_uid: Some("vp".into()),
         verification_policy_digest: Some(digest(22)),
         signer_evidence_digest: crate::api::status::signer_evidence_digest(bound),
+        flux_revision: None,
+        flux_object_uid: None,
     };
     let mut status = schema.status.take().expect("status");
     status.source = Some(

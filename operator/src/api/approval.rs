@@ -24,20 +24,24 @@ use super::status::SourceBinding;
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovedSource {
-    /// `ConfigMap`, `Git` or `OCI`.
+    /// `ConfigMap`, `Git`, `OCI` or `Flux`.
     pub kind: SourceKind,
-    /// The content digest of the files (ConfigMap, Git) or the manifest
-    /// digest (OCI) the plan was computed from.
+    /// The content digest of the files (ConfigMap, Git, Flux) or the
+    /// manifest digest (OCI) the plan was computed from.
     #[schemars(regex(pattern = pattern::SHA256_DIGEST))]
     pub content_digest: String,
     /// The commit (Git).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = pattern::GIT_COMMIT))]
     pub commit: Option<String>,
-    /// The artifact pinned by digest (OCI).
+    /// The artifact pinned by digest (OCI, a verified Flux `OCIRepository`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub resolved_reference: Option<String>,
+    /// Flux's revision of the artifact (Flux).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub flux_revision: Option<String>,
     /// Digest of the verified signer evidence the plan bound (OCI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = pattern::SHA256_DIGEST))]
@@ -63,6 +67,7 @@ impl ApprovedSource {
             content_digest: b.content_digest.clone(),
             commit: b.commit.clone(),
             resolved_reference: b.resolved_reference.clone(),
+            flux_revision: b.flux_revision.clone(),
             signer_evidence_digest: b.signer_evidence_digest.clone(),
             signer_identity: evidence.and_then(|v| v.signer_identity.clone()),
             key_fingerprint: evidence.and_then(|v| v.key_fingerprint.clone()),
@@ -100,6 +105,11 @@ impl ApprovedSource {
                 "spec.source.resolvedReference",
                 named(&self.resolved_reference),
                 show(&plan.resolved_reference),
+            ),
+            (
+                "spec.source.fluxRevision",
+                named(&self.flux_revision),
+                show(&plan.flux_revision),
             ),
             (
                 "spec.source.signerEvidenceDigest",

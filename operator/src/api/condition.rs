@@ -233,6 +233,9 @@ pub enum Reason {
     DigestPinned,
     /// An Apply spent the approval at its dispatch.
     DispatchCommitted,
+    /// The Flux source object is missing, not Ready, behind its generation,
+    /// or names no artifact (the message names it and what Flux says).
+    FluxSourceNotReady,
     /// The execution binding (executor, Ptah, runner protocol, state version) changed.
     ExecutionBindingChanged,
     /// The database records versions the source does not have.

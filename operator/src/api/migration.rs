@@ -50,7 +50,7 @@ pub struct PtahMigrationSpec {
     /// The database whose revision table the migrations continue.
     pub target: Target,
     /// Where the migration directory comes from: exactly one of `configMap`,
-    /// `git` and `oci`.
+    /// `git`, `oci` and `flux`.
     pub source: Source,
     /// When a pending sequence may run, and how.
     #[serde(default)]

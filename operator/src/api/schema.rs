@@ -51,8 +51,8 @@ use super::status::{
 pub struct PtahSchemaSpec {
     /// The database to converge.
     pub target: Target,
-    /// Where the declared schema comes from: exactly one of `configMap`, `git`
-    /// and `oci`.
+    /// Where the declared schema comes from: exactly one of `configMap`, `git`,
+    /// `oci` and `flux`.
     pub source: Source,
     /// What may be applied, and how.
     #[serde(default)]

@@ -9,14 +9,16 @@ use serde::{Deserialize, Serialize};
 use super::common::{ConfigMapKeyRef, NameRef, pattern};
 
 /// Where the declared schema or the migration directory comes from: exactly one
-/// of `configMap`, `git` and `oci`, and the policy that checks it.
+/// of `configMap`, `git`, `oci` and `flux`, and the policy that checks it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
-#[x_kube(validation = Rule::new("(has(self.configMap) ? 1 : 0) + (has(self.git) ? 1 : 0) + (has(self.oci) ? 1 : 0) == 1")
-    .message("spec.source must set exactly one of configMap, git or oci"))]
-#[x_kube(validation = Rule::new("has(self.oci) == has(self.verificationPolicyFrom)")
-    .message("spec.source.verificationPolicyFrom is required with an oci source and allowed with it only"))]
-#[x_kube(validation = Rule::new("!has(self.sourcePolicyFrom) || !has(self.oci)")
-    .message("spec.source.sourcePolicyFrom applies to configMap and git sources; an oci source is checked by verificationPolicyFrom"))]
+#[x_kube(validation = Rule::new("(has(self.configMap) ? 1 : 0) + (has(self.git) ? 1 : 0) + (has(self.oci) ? 1 : 0) + (has(self.flux) ? 1 : 0) == 1")
+    .message("spec.source must set exactly one of configMap, git, oci or flux"))]
+#[x_kube(validation = Rule::new("!has(self.oci) || has(self.verificationPolicyFrom)")
+    .message("spec.source.verificationPolicyFrom is required with an oci source"))]
+#[x_kube(validation = Rule::new("!has(self.verificationPolicyFrom) || has(self.oci) || (has(self.flux) && self.flux.kind == 'OCIRepository')")
+    .message("spec.source.verificationPolicyFrom applies to an oci source or a flux OCIRepository only"))]
+#[x_kube(validation = Rule::new("!has(self.sourcePolicyFrom) || has(self.configMap) || has(self.git)")
+    .message("spec.source.sourcePolicyFrom applies to configMap and git sources; an oci source or a flux OCIRepository is checked by verificationPolicyFrom"))]
 #[serde(rename_all = "camelCase")]
 pub struct Source {
     /// Files held in a ConfigMap of the resource's namespace. The manager
@@ -32,6 +34,12 @@ pub struct Source {
     /// (or oras / flux with the same artifact type), verified before it is read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oci: Option<OciSource>,
+    /// A Flux `GitRepository` or `OCIRepository` of the resource's namespace,
+    /// by name: its artifact is fetched from source-controller by a Resolve
+    /// Job, checked against the digest its status names, and snapshotted
+    /// like a ConfigMap source. Flux's revision is bound into every plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flux: Option<FluxSource>,
     /// A ConfigMap key holding the source policy that a configMap or git source
     /// is checked against at Resolve (ConfigMap name and size, Git host, size of
     /// the selected files). Bound into every plan; a replaced policy is read at
@@ -39,7 +47,8 @@ pub struct Source {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_policy_from: Option<ConfigMapKeyRef>,
     /// A ConfigMap key holding the sigstore verification policy an oci source
-    /// must satisfy (required with `oci`). Bound by UID and digest into every
+    /// must satisfy (required with `oci`; with a flux `OCIRepository`, the
+    /// manifest digest Flux reports is verified against it, not trusted). Bound by UID and digest into every
     /// plan; a replaced or edited policy sends the resource back to Verifying.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification_policy_from: Option<ConfigMapKeyRef>,
@@ -54,6 +63,8 @@ pub enum SelectedSource<'a> {
     Git(&'a GitSource),
     /// `spec.source.oci`.
     Oci(&'a OciSource),
+    /// `spec.source.flux`.
+    Flux(&'a FluxSource),
 }
 
 impl Source {
@@ -61,10 +72,11 @@ impl Source {
     /// API server refuses both; an object stored before the rule existed may
     /// still hold them).
     pub fn selected(&self) -> Option<SelectedSource<'_>> {
-        match (&self.config_map, &self.git, &self.oci) {
-            (Some(c), None, None) => Some(SelectedSource::ConfigMap(c)),
-            (None, Some(g), None) => Some(SelectedSource::Git(g)),
-            (None, None, Some(o)) => Some(SelectedSource::Oci(o)),
+        match (&self.config_map, &self.git, &self.oci, &self.flux) {
+            (Some(c), None, None, None) => Some(SelectedSource::ConfigMap(c)),
+            (None, Some(g), None, None) => Some(SelectedSource::Git(g)),
+            (None, None, Some(o), None) => Some(SelectedSource::Oci(o)),
+            (None, None, None, Some(f)) => Some(SelectedSource::Flux(f)),
             _ => None,
         }
     }
@@ -75,7 +87,65 @@ impl Source {
             SelectedSource::ConfigMap(_) => SourceKind::ConfigMap,
             SelectedSource::Git(_) => SourceKind::Git,
             SelectedSource::Oci(_) => SourceKind::OCI,
+            SelectedSource::Flux(_) => SourceKind::Flux,
         })
+    }
+
+    /// Whether a Verify Job checks the source: an OCI artifact, or a Flux
+    /// `OCIRepository` under a verification policy.
+    pub fn verified(&self) -> bool {
+        self.oci.is_some()
+            || (self
+                .flux
+                .as_ref()
+                .is_some_and(|f| f.kind == FluxSourceKind::OCIRepository)
+                && self.verification_policy_from.is_some())
+    }
+}
+
+/// A Flux source object, by name, in the resource's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FluxSource {
+    /// `GitRepository` or `OCIRepository` (`source.toolkit.fluxcd.io/v1`).
+    pub kind: FluxSourceKind,
+    /// Name of the object.
+    #[schemars(length(min = 1, max = 253), regex(pattern = pattern::DNS_SUBDOMAIN))]
+    pub name: String,
+    /// Directory or file inside the artifact, relative to its root. Unset is
+    /// the root. The directory's files are taken; a subdirectory is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')")
+        .message("spec.source.flux.path must be relative to the artifact's root and must not contain '..'"))]
+    pub path: Option<String>,
+}
+
+/// The Flux source kinds the operator reads.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[allow(clippy::upper_case_acronyms)]
+pub enum FluxSourceKind {
+    /// `GitRepository`.
+    GitRepository,
+    /// `OCIRepository`.
+    OCIRepository,
+}
+
+impl FluxSourceKind {
+    /// The kind as Flux spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::GitRepository => "GitRepository",
+            Self::OCIRepository => "OCIRepository",
+        }
+    }
+
+    /// The plural of the kind's resource.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Self::GitRepository => "gitrepositories",
+            Self::OCIRepository => "ocirepositories",
+        }
     }
 }
 
@@ -252,6 +322,8 @@ pub enum SourceKind {
     Git,
     /// An OCI artifact, resolved and verified by Jobs.
     OCI,
+    /// A Flux source's artifact, fetched by a Resolve Job and snapshotted.
+    Flux,
 }
 
 /// A ConfigMap source as resolved.
@@ -333,6 +405,41 @@ pub struct OciResolution {
     pub layer_digests: Vec<String>,
 }
 
+/// A Flux source as resolved: the object, the artifact its status named,
+/// and the snapshot of the files at the path.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FluxResolution {
+    /// `GitRepository` or `OCIRepository`.
+    pub kind: FluxSourceKind,
+    /// Name of the object.
+    #[schemars(length(max = 253))]
+    pub name: String,
+    /// UID of the object: another object of the same name retires the plan.
+    #[schemars(length(max = 128))]
+    pub uid: String,
+    /// SHA-256 of the artifact's tarball, as the object's status named it
+    /// and the Resolve Job found it.
+    #[schemars(regex(pattern = pattern::SHA256_DIGEST))]
+    pub artifact_digest: String,
+    /// The path selected in the artifact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub path: Option<String>,
+    /// Name of the immutable snapshot ConfigMap (`ptah-src-<hash>`) every
+    /// operation mounts.
+    #[schemars(length(max = 253))]
+    pub snapshot_name: String,
+    /// UID of the snapshot ConfigMap.
+    #[serde(
+        rename = "snapshotUID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 128))]
+    pub snapshot_uid: Option<String>,
+}
+
 /// A policy ConfigMap as read: bound by UID and the digest of its bytes.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -402,11 +509,11 @@ pub struct VerificationEvidence {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceStatus {
-    /// `ConfigMap`, `Git` or `OCI`.
+    /// `ConfigMap`, `Git`, `OCI` or `Flux`.
     pub kind: SourceKind,
     /// The revision in Flux's form: `<configmap>@sha256:<content digest>`,
     /// `<branch or tag>@sha1:<commit>` (`sha1:<commit>` for a commit) or
-    /// `<tag>@sha256:<manifest digest>`.
+    /// `<tag>@sha256:<manifest digest>`; a Flux source's is Flux's own.
     #[schemars(length(max = 512))]
     pub revision: String,
     /// SHA-256 of the content manifest of the selected files (ConfigMap, Git),
@@ -422,9 +529,13 @@ pub struct SourceStatus {
     /// The pinned repository, path and commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<GitResolution>,
-    /// The reference resolved to a digest.
+    /// The reference resolved to a digest (OCI, and a Flux `OCIRepository`
+    /// under a verification policy: what Verify checks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oci: Option<OciResolution>,
+    /// The Flux object, its artifact and the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flux: Option<FluxResolution>,
     /// The source policy the resolution was checked against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_policy: Option<PolicyBinding>,
@@ -450,6 +561,7 @@ mod tests {
             config_map: Some(config_map()),
             git: None,
             oci: None,
+            flux: None,
             source_policy_from: None,
             verification_policy_from: None,
         };

@@ -38,10 +38,10 @@ pub struct ExecutionBinding {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceBinding {
-    /// `ConfigMap`, `Git` or `OCI`.
+    /// `ConfigMap`, `Git`, `OCI` or `Flux`.
     pub kind: SourceKind,
-    /// Content digest of the selected files (ConfigMap, Git) or the manifest
-    /// digest (OCI).
+    /// Content digest of the selected files (ConfigMap, Git, Flux) or the
+    /// manifest digest (OCI).
     #[schemars(regex(pattern = pattern::SHA256_DIGEST))]
     pub content_digest: String,
     /// UID of the source ConfigMap (ConfigMap).
@@ -97,6 +97,18 @@ pub struct SourceBinding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = pattern::SHA256_DIGEST))]
     pub signer_evidence_digest: Option<String>,
+    /// UID of the Flux object (Flux).
+    #[serde(
+        rename = "fluxObjectUID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 128))]
+    pub flux_object_uid: Option<String>,
+    /// Flux's revision of the artifact (Flux): `main@sha1:…`, `v1@sha256:…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub flux_revision: Option<String>,
 }
 
 impl SourceBinding {
@@ -120,6 +132,8 @@ impl SourceBinding {
             verification_policy_uid: None,
             verification_policy_digest: None,
             signer_evidence_digest: None,
+            flux_object_uid: None,
+            flux_revision: None,
         }
     }
 }
@@ -281,7 +295,11 @@ pub fn binding_of(src: &crate::api::source::SourceStatus) -> SourceBinding {
         kind: src.kind,
         content_digest: src.content_digest.clone(),
         config_map_uid: src.config_map.as_ref().map(|c| c.uid.clone()),
-        snapshot_name: src.config_map.as_ref().map(|c| c.snapshot_name.clone()),
+        snapshot_name: src
+            .config_map
+            .as_ref()
+            .map(|c| c.snapshot_name.clone())
+            .or_else(|| src.flux.as_ref().map(|f| f.snapshot_name.clone())),
         location_digest: src.git.as_ref().map(|g| g.location_digest.clone()),
         commit: src.git.as_ref().map(|g| g.commit.clone()),
         resolved_reference: src.oci.as_ref().map(|o| o.resolved_reference.clone()),
@@ -290,6 +308,8 @@ pub fn binding_of(src: &crate::api::source::SourceStatus) -> SourceBinding {
         verification_policy_uid: src.verification.as_ref().map(|v| v.policy.uid.clone()),
         verification_policy_digest: src.verification.as_ref().map(|v| v.policy.digest.clone()),
         signer_evidence_digest: src.verification.as_ref().and_then(signer_evidence_digest),
+        flux_object_uid: src.flux.as_ref().map(|f| f.uid.clone()),
+        flux_revision: src.flux.as_ref().map(|_| src.revision.clone()),
     }
 }
 

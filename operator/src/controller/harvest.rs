@@ -11,8 +11,8 @@ use supplychain::{contract, git, oci};
 use crate::api::condition::Reason;
 use crate::api::schema::TargetStatus;
 use crate::api::source::{
-    GitResolution, OciResolution, PolicyBinding, SignerIdentity, SourceKind, SourceStatus,
-    VerificationEvidence,
+    FluxResolution, FluxSource, GitResolution, OciResolution, PolicyBinding, SignerIdentity,
+    SourceKind, SourceStatus, VerificationEvidence,
 };
 use crate::api::status::OperationType;
 use crate::execution::job::OPERATION_CONTAINER;
@@ -304,6 +304,7 @@ fn git_status(
         content_digest: r.content_digest.clone(),
         resolved_at: Some(now.clone()),
         config_map: None,
+        flux: None,
         git: Some(GitResolution {
             url: r.url.clone(),
             git_ref,
@@ -317,6 +318,101 @@ fn git_status(
     })
 }
 
+/// A Flux artifact the Resolve Job fetched, as it reported it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FluxFetched {
+    /// The files, decoded.
+    pub files: std::collections::BTreeMap<String, Vec<u8>>,
+    /// Their content digest, as the Job reported it.
+    pub content_digest: String,
+    /// The Flux object's UID the Job was built for.
+    pub object_uid: String,
+}
+
+/// The files of a `resolve flux` result, or why they cannot be read.
+pub fn flux_fetched(out: &StepOutput) -> Option<Result<FluxFetched, String>> {
+    use base64::Engine as _;
+    let StepOutput::FluxResolved {
+        files,
+        content_digest,
+        object_uid,
+        ..
+    } = out
+    else {
+        return None;
+    };
+    let b64 = base64::engine::general_purpose::STANDARD;
+    Some(
+        files
+            .iter()
+            .map(|(name, text)| {
+                b64.decode(text)
+                    .map(|bytes| (name.clone(), bytes))
+                    .map_err(|e| format!("result.files[{name:?}]: not base64: {e}"))
+            })
+            .collect::<Result<_, _>>()
+            .map(|files| FluxFetched {
+                files,
+                content_digest: content_digest.clone(),
+                object_uid: object_uid.clone(),
+            }),
+    )
+}
+
+/// `status.source` for a Flux artifact snapshotted as `snapshot` (its name
+/// and UID): Flux's revision, and for a verified `OCIRepository` the
+/// manifest Verify checks next.
+pub fn flux_status(
+    flux: &FluxSource,
+    out: &StepOutput,
+    snapshot: (String, Option<String>),
+    now: &Time,
+) -> Option<SourceStatus> {
+    let StepOutput::FluxResolved {
+        object_uid,
+        revision,
+        artifact_digest,
+        reference,
+        content_digest,
+        ..
+    } = out
+    else {
+        return None;
+    };
+    let oci = reference.as_ref().and_then(|r| {
+        let (repository, digest) = r.rsplit_once('@')?;
+        Some(OciResolution {
+            requested_reference: repository.to_string(),
+            resolved_reference: r.clone(),
+            digest: digest.to_string(),
+            media_type: None,
+            artifact_type: None,
+            size: None,
+            layer_digests: Vec::new(),
+        })
+    });
+    Some(SourceStatus {
+        kind: SourceKind::Flux,
+        revision: revision.clone(),
+        content_digest: content_digest.clone(),
+        resolved_at: Some(now.clone()),
+        config_map: None,
+        git: None,
+        oci,
+        flux: Some(FluxResolution {
+            kind: flux.kind,
+            name: flux.name.clone(),
+            uid: object_uid.clone(),
+            artifact_digest: artifact_digest.clone(),
+            path: flux.path.clone(),
+            snapshot_name: snapshot.0,
+            snapshot_uid: snapshot.1,
+        }),
+        source_policy: None,
+        verification: None,
+    })
+}
+
 fn oci_status(r: &oci::Resolution, now: &Time) -> SourceStatus {
     SourceStatus {
         kind: SourceKind::OCI,
@@ -325,6 +421,7 @@ fn oci_status(r: &oci::Resolution, now: &Time) -> SourceStatus {
         resolved_at: Some(now.clone()),
         config_map: None,
         git: None,
+        flux: None,
         oci: Some(OciResolution {
             requested_reference: r.reference.clone(),
             resolved_reference: r.resolved_reference.clone(),

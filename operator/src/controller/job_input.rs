@@ -10,8 +10,8 @@ use crate::api::common::{ConfigMapKeyRef, DatabaseEngine, Execution, GoDuration,
 use crate::api::source::{Source, SourceKind};
 use crate::api::status::{ActiveOperation, OperationType};
 use crate::execution::job::{
-    ClaimInput, GitInput, JobInput, OciInput, Owner, OwnerKind, ResultDelivery, SourceInput,
-    TargetInput,
+    ClaimInput, FluxContent, FluxInput, GitInput, JobInput, OciInput, Owner, OwnerKind,
+    ResultDelivery, SourceInput, TargetInput,
 };
 use crate::execution::receiver::{RECEIVER_CA_CONFIGMAP, RECEIVER_CA_KEY};
 
@@ -128,7 +128,52 @@ pub fn source_input(src: &Source, claim: &ActiveOperation) -> Result<SourceInput
     let resolve = claim.type_ == OperationType::Resolve;
     let bound = claim.source.as_ref();
     match src.kind() {
-        Some(SourceKind::ConfigMap) => {
+        Some(SourceKind::Flux) if resolve => {
+            let flux = src
+                .flux
+                .as_ref()
+                .ok_or_else(|| missing("spec.source.flux", "absent"))?;
+            // The artifact is read from the Flux object at dispatch.
+            Ok(SourceInput::Flux(FluxInput {
+                kind: flux.kind,
+                name: flux.name.clone(),
+                path: flux.path.clone(),
+                artifact: None,
+            }))
+        }
+        Some(SourceKind::Flux) if claim.type_ == OperationType::Verify => {
+            let reference = bound
+                .and_then(|b| b.resolved_reference.clone())
+                .ok_or_else(|| {
+                    missing(
+                        "status.activeOperation.source.resolvedReference",
+                        "no manifest pinned for the OCIRepository",
+                    )
+                })?;
+            let content_digest = bound
+                .map(|b| b.content_digest.clone())
+                .ok_or_else(|| missing("status.activeOperation.source", "not bound"))?;
+            Ok(SourceInput::Oci(OciInput {
+                reference,
+                // Anonymous; the transport is the object's, set at dispatch.
+                auth: None,
+                transport: None,
+                flux_content: Some(FluxContent {
+                    content_digest,
+                    path: src.flux.as_ref().and_then(|f| f.path.clone()),
+                }),
+                verification_policy: Some(src.verification_policy_from.clone().ok_or_else(
+                    || {
+                        missing(
+                            "spec.source.verificationPolicyFrom",
+                            "Verify needs a verification policy",
+                        )
+                    },
+                )?),
+            }))
+        }
+        // Every later operation mounts the snapshot, as for a ConfigMap.
+        Some(SourceKind::ConfigMap | SourceKind::Flux) => {
             let b = bound.ok_or_else(|| missing("status.activeOperation.source", "not bound"))?;
             Ok(SourceInput::ConfigMap {
                 snapshot_name: b.snapshot_name.clone().ok_or_else(|| {
@@ -187,6 +232,7 @@ pub fn source_input(src: &Source, claim: &ActiveOperation) -> Result<SourceInput
                 reference,
                 auth: oci.registry_auth_from.clone(),
                 transport: oci.transport.clone(),
+                flux_content: None,
                 verification_policy: if claim.type_ == OperationType::Verify {
                     Some(src.verification_policy_from.clone().ok_or_else(|| {
                         missing(
@@ -201,7 +247,7 @@ pub fn source_input(src: &Source, claim: &ActiveOperation) -> Result<SourceInput
         }
         None => Err(missing(
             "spec.source",
-            "set exactly one of configMap, git or oci",
+            "set exactly one of configMap, git, oci or flux",
         )),
     }
 }

@@ -22,6 +22,7 @@
 mod dispatch;
 mod error;
 mod family;
+mod flux;
 use family::Family;
 mod harvest;
 mod inputs;

@@ -500,6 +500,13 @@ impl<F: Family> Pass<'_, F> {
                 }
             });
         };
+        if c.type_ == OperationType::Resolve
+            && r.document.outcome == crate::protocol::result::Outcome::Succeeded
+            && let Some(out) = &r.document.result
+            && let Some(fetched) = harvest::flux_fetched(out)
+        {
+            return Ok(self.flux_resolved(out, fetched).await.into());
+        }
         let bindings = runtime::bindings(self.ctx, &self.ns, self.obj.source()).await;
         if let Some(read) = harvest::source_read(c.type_, &r.document, &bindings, &runtime::now()) {
             return Ok(Seen::from(read).into());
@@ -769,6 +776,48 @@ impl<F: Family> Pass<'_, F> {
                 }
             },
         )
+    }
+
+    /// A Flux artifact the Resolve Job fetched: snapshotted like a
+    /// ConfigMap's files, then the resolution. A snapshot that cannot be
+    /// written is a failed Resolve, which runs again.
+    async fn flux_resolved(
+        &self,
+        out: &crate::protocol::result::StepOutput,
+        fetched: Result<harvest::FluxFetched, String>,
+    ) -> Seen {
+        let failed = |message: String| Seen::JobFailed {
+            reason: Reason::ResolveFailed,
+            message,
+        };
+        let Some(flux) = self.obj.source().flux.as_ref() else {
+            return failed("spec.source.flux: no longer set".into());
+        };
+        let fetched = match fetched {
+            Ok(f) => f,
+            Err(message) => return failed(message),
+        };
+        let owner = match crate::execution::snapshot::Owner::of(&self.obj) {
+            Ok(o) => o,
+            Err(e) => return failed(e.to_string()),
+        };
+        let source_name = format!("{}/{}", flux.kind.as_str(), flux.name);
+        let stored = crate::execution::snapshot::snapshot_fetched(
+            &self.ctx.client,
+            &owner,
+            &source_name,
+            &fetched.object_uid,
+            fetched.files,
+            &fetched.content_digest,
+        )
+        .await;
+        match stored {
+            Ok(snapshot) => match harvest::flux_status(flux, out, snapshot, &runtime::now()) {
+                Some(src) => Seen::SourceResolved(src),
+                None => failed("resolve flux: no resolution in the result".into()),
+            },
+            Err(e) => failed(e.to_string()),
+        }
     }
 
     /// The trace context the claim's Job carries: the span of the stage the

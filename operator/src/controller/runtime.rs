@@ -748,11 +748,8 @@ where
     let dispatched = match before_dispatch(ctx, &ns, src, c).await? {
         Err(message) => return Ok(Dispatch::Refused(message)),
         Ok(Some(refused)) => refused,
-        Ok(None) => match input.and_then(|i| build_job(&i).map_err(|e| e.to_string())) {
-            Err(message) => Dispatched::NotBuilt {
-                reason: Reason::ConfigurationError,
-                message,
-            },
+        Ok(None) => match bound_input(ctx, &ns, src, c, input).await {
+            Err((reason, message)) => Dispatched::NotBuilt { reason, message },
             Ok(job) => {
                 if obj.controller_owner_ref(&()).is_none() {
                     return Err(Error::NotStored(obj.name_any()));
@@ -765,6 +762,20 @@ where
         Dispatched::NotBuilt { reason, message } => Dispatch::NotBuilt { reason, message },
         Dispatched::Created(uid) => Dispatch::Created(uid),
     })
+}
+
+/// The input bound to what a Flux source names now, and built: why not,
+/// with the reason.
+async fn bound_input(
+    ctx: &Context,
+    ns: &str,
+    src: &Source,
+    c: &ActiveOperation,
+    input: Result<crate::execution::job::JobInput, String>,
+) -> Result<Job, (Reason, String)> {
+    let mut input = input.map_err(|m| (Reason::ConfigurationError, m))?;
+    super::flux::bind(&ctx.client, ns, src, c, &mut input).await?;
+    build_job(&input).map_err(|e| (Reason::ConfigurationError, e.to_string()))
 }
 
 /// Sets one condition of an approval (schema or migration) through its

@@ -14,14 +14,14 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::job::{
-    ApplyInput, ClaimInput, GitInput, Images, JobInput, OciInput, Owner, OwnerKind, ResultDelivery,
-    SourceInput, TargetInput,
+    ApplyInput, ClaimInput, FluxArtifact, FluxContent, FluxInput, GitInput, Images, JobInput,
+    OciInput, Owner, OwnerKind, ResultDelivery, SourceInput, TargetInput,
 };
 use crate::api::common::{
     ConfigMapKeyRef, DatabaseEngine, Execution, GoDuration, MigrationTransactionMode, PodMetadata,
     SchemaTransactionMode, SecretKeyRef,
 };
-use crate::api::source::{GitRef, OciTransport, RegistryAuth, RegistryAuthMode};
+use crate::api::source::{FluxSourceKind, GitRef, OciTransport, RegistryAuth, RegistryAuthMode};
 use crate::api::status::OperationType;
 
 /// `sha256:` and 64 hex digits made of `n`.
@@ -105,6 +105,7 @@ fn source(kind: Kind, op: OperationType, family: OwnerKind) -> SourceInput {
                     key: "ca.crt".into(),
                 }),
             }),
+            flux_content: None,
             verification_policy: (op == OperationType::Verify).then(|| ConfigMapKeyRef {
                 name: "schema-verification".into(),
                 key: "policy.yaml".into(),
@@ -324,9 +325,65 @@ pub fn under_source_policy(namespace: &str) -> Vec<(String, JobInput)> {
     vec![("schema-resolve-git-source-policy".into(), policed)]
 }
 
-/// Every example with a golden file: [`all`] and [`under_source_policy`].
+/// The example of a Flux source's Resolve: an `OCIRepository` under a
+/// verification policy, bound to the artifact its status named.
+pub fn of_flux(namespace: &str) -> Vec<(String, JobInput)> {
+    let mut flux = example(
+        OwnerKind::PtahSchema,
+        OperationType::Resolve,
+        Kind::Git,
+        namespace,
+    );
+    flux.claim.operation_id = format!("sha256:5c0104{}", "ef".repeat(29));
+    flux.source = SourceInput::Flux(FluxInput {
+        kind: FluxSourceKind::OCIRepository,
+        name: "shop-schema".into(),
+        path: Some("db".into()),
+        artifact: Some(FluxArtifact {
+            uid: "6a1c2f0e-0000-4000-8000-0000000000f1".into(),
+            url: format!(
+                "http://source-controller.flux-system.svc.cluster.local./ocirepository/{namespace}/shop-schema/{}.tar.gz",
+                "6".repeat(64)
+            ),
+            digest: digest(0x66),
+            revision: format!("v1@{}", digest(0x77)),
+            reference: Some(format!(
+                "oci://registry.example.com/shop/schema@{}",
+                digest(0x77)
+            )),
+            insecure: false,
+        }),
+    });
+    let mut verify = example(
+        OwnerKind::PtahSchema,
+        OperationType::Verify,
+        Kind::Oci,
+        namespace,
+    );
+    verify.claim.operation_id = format!("sha256:5c0204{}", "ef".repeat(29));
+    if let SourceInput::Oci(oci) = &mut verify.source {
+        oci.reference = format!("oci://registry.example.com/shop/schema@{}", digest(0x77));
+        oci.auth = None;
+        oci.transport = Some(OciTransport {
+            plain_http: true,
+            ca_from: None,
+        });
+        oci.flux_content = Some(FluxContent {
+            content_digest: digest(0x33),
+            path: Some("db".into()),
+        });
+    }
+    vec![
+        ("schema-resolve-flux".into(), flux),
+        ("schema-verify-flux-oci".into(), verify),
+    ]
+}
+
+/// Every example with a golden file: [`all`], [`under_source_policy`] and
+/// [`of_flux`].
 pub fn goldens(namespace: &str) -> Vec<(String, JobInput)> {
     let mut out = all(namespace);
     out.extend(under_source_policy(namespace));
+    out.extend(of_flux(namespace));
     out
 }

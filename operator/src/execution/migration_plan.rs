@@ -32,7 +32,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use supplychain::contract::{self, ContractError, MigrationPlanBinding};
 
-use super::plan::owned_by;
+use super::plan::{contract_execution, contract_source, owned_by};
 use crate::api::annotations::MIGRATION_LABEL;
 use crate::api::common::{MigrationPolicy, MigrationTransactionMode, ObjectRef};
 use crate::api::condition::{ConditionStatus, MigrationPlanConditionType, Reason};
@@ -41,9 +41,7 @@ use crate::api::migration::{MigrationPlanSummary, PtahMigration, PtahMigrationSt
 use crate::api::plan::{
     PLAN_CONTRACT_VERSION, PlannedMigration, PtahMigrationPlan, PtahMigrationPlanSpec,
 };
-use crate::api::source::SourceKind;
 use crate::api::status::binding_of;
-use crate::api::status::{ExecutionBinding, SourceBinding};
 use crate::execution::job::{LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY};
 use crate::protocol::naming::coordination_digest;
 
@@ -187,39 +185,6 @@ pub fn policy_fingerprint(policy: &MigrationPolicy) -> Result<String, MigrationP
     let value = serde_json::to_value(policy)
         .map_err(|e| ContractError::Serialize(format!("spec.policy: {e}")))?;
     Ok(contract::policy_fingerprint(&value)?)
-}
-
-// The schema plan's conversions are private to `super::plan`; these are the
-// same mapping (see the report: both could share one).
-fn contract_source(s: &SourceBinding) -> contract::SourceBinding {
-    contract::SourceBinding {
-        kind: match s.kind {
-            SourceKind::ConfigMap => contract::SourceKind::ConfigMap,
-            SourceKind::Git => contract::SourceKind::Git,
-            SourceKind::OCI => contract::SourceKind::OCI,
-        },
-        content_digest: s.content_digest.clone(),
-        config_map_uid: s.config_map_uid.clone(),
-        snapshot_name: s.snapshot_name.clone(),
-        location_digest: s.location_digest.clone(),
-        commit: s.commit.clone(),
-        resolved_reference: s.resolved_reference.clone(),
-        source_policy_uid: s.source_policy_uid.clone(),
-        source_policy_digest: s.source_policy_digest.clone(),
-        verification_policy_uid: s.verification_policy_uid.clone(),
-        verification_policy_digest: s.verification_policy_digest.clone(),
-        signer_evidence_digest: s.signer_evidence_digest.clone(),
-    }
-}
-
-fn contract_execution(e: &ExecutionBinding) -> contract::ExecutionBinding {
-    contract::ExecutionBinding {
-        epoch: e.epoch.clone(),
-        controller_state_version: e.controller_state_version,
-        ptah_version: e.ptah_version.clone(),
-        executor_image: e.executor_image.clone(),
-        runner_protocol_version: e.runner_protocol_version,
-    }
 }
 
 /// The sequence's own rules: 1 to [`SEQUENCE_MAX`] migrations, each version

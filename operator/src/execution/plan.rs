@@ -269,12 +269,14 @@ pub fn policy_fingerprint(policy: &SchemaPolicy) -> Result<String, PlanError> {
     Ok(contract::policy_fingerprint(&value)?)
 }
 
-fn contract_source(s: &SourceBinding) -> contract::SourceBinding {
+/// The API's binding as the contract holds it, field for field.
+pub(super) fn contract_source(s: &SourceBinding) -> contract::SourceBinding {
     contract::SourceBinding {
         kind: match s.kind {
             SourceKind::ConfigMap => contract::SourceKind::ConfigMap,
             SourceKind::Git => contract::SourceKind::Git,
             SourceKind::OCI => contract::SourceKind::OCI,
+            SourceKind::Flux => contract::SourceKind::Flux,
         },
         content_digest: s.content_digest.clone(),
         config_map_uid: s.config_map_uid.clone(),
@@ -287,10 +289,12 @@ fn contract_source(s: &SourceBinding) -> contract::SourceBinding {
         verification_policy_uid: s.verification_policy_uid.clone(),
         verification_policy_digest: s.verification_policy_digest.clone(),
         signer_evidence_digest: s.signer_evidence_digest.clone(),
+        flux_object_uid: s.flux_object_uid.clone(),
+        flux_revision: s.flux_revision.clone(),
     }
 }
 
-fn contract_execution(e: &ExecutionBinding) -> contract::ExecutionBinding {
+pub(super) fn contract_execution(e: &ExecutionBinding) -> contract::ExecutionBinding {
     contract::ExecutionBinding {
         epoch: e.epoch.clone(),
         controller_state_version: e.controller_state_version,

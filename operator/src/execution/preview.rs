@@ -171,6 +171,7 @@ pub fn source(r: &Request) -> Source {
         }),
         git: None,
         oci: None,
+        flux: None,
         source_policy_from: None,
         verification_policy_from: None,
     }

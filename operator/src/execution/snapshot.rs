@@ -263,6 +263,7 @@ impl SnapshotResolution {
             }),
             git: None,
             oci: None,
+            flux: None,
             source_policy: self.source_policy.clone(),
             verification: None,
         }
@@ -445,13 +446,36 @@ pub async fn resolve_configmap(
     let snap =
         pure::take(&as_read, &source.keys, &owner.uid, &Limits::default()).map_err(source_err)?;
 
+    let (stored, created) = store(&api, owner, &source.name, &source_uid, &snap).await?;
+    Ok(SnapshotResolution {
+        config_map_name: source.name.clone(),
+        config_map_uid: source_uid,
+        snapshot_name: snap.name.clone(),
+        snapshot_uid: stored.metadata.uid.clone(),
+        content_digest: snap.content_digest.clone(),
+        files: snap.files.len(),
+        size: snap.manifest.total_size(),
+        source_policy: policy.map(|(binding, _)| binding),
+        created,
+    })
+}
+
+/// Writes the immutable snapshot `snap` for `owner`, or checks the one that
+/// exists: the stored object, and whether this call created it.
+async fn store(
+    api: &Api<ConfigMap>,
+    owner: &Owner,
+    source_name: &str,
+    source_uid: &str,
+    snap: &pure::Snapshot,
+) -> Result<(ConfigMap, bool), ResolveError> {
     // Read first: on most passes the snapshot exists, and a read is cheaper
     // than a create refused with 409.
     let read = |what: &'static str| ResolveError::api(format!("{what} snapshot {}", snap.name));
     let (stored, created) = match api.get_opt(&snap.name).await.map_err(read("reading"))? {
         Some(existing) => (existing, false),
         None => {
-            let object = snapshot_object(owner, &source.name, &source_uid, &snap);
+            let object = snapshot_object(owner, source_name, source_uid, snap);
             match api.create(&PostParams::default(), &object).await {
                 Ok(stored) => (stored, true),
                 // Another pass wrote it meanwhile: check what it wrote.
@@ -479,17 +503,41 @@ pub async fn resolve_configmap(
             });
         }
     }
-    Ok(SnapshotResolution {
-        config_map_name: source.name.clone(),
-        config_map_uid: source_uid,
-        snapshot_name: snap.name.clone(),
-        snapshot_uid: stored.metadata.uid.clone(),
-        content_digest: snap.content_digest.clone(),
-        files: snap.files.len(),
-        size: snap.manifest.total_size(),
-        source_policy: policy.map(|(binding, _)| binding),
-        created,
-    })
+    Ok((stored, created))
+}
+
+/// Snapshots files a Resolve Job fetched (a Flux artifact's), for `owner`,
+/// naming where they came from: the snapshot's name and UID. The files'
+/// content digest must be `expected_digest`, what the Job reported.
+pub async fn snapshot_fetched(
+    client: &Client,
+    owner: &Owner,
+    source_name: &str,
+    source_uid: &str,
+    files: BTreeMap<String, Vec<u8>>,
+    expected_digest: &str,
+) -> Result<(String, Option<String>), ResolveError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &owner.namespace);
+    let as_fetched = SourceConfigMap {
+        data: BTreeMap::new(),
+        binary_data: files,
+    };
+    let source_err = |error: pure::SnapshotError| ResolveError::Source {
+        name: source_name.to_string(),
+        source: error,
+    };
+    let snap = pure::take(&as_fetched, &[], &owner.uid, &Limits::default()).map_err(source_err)?;
+    if snap.content_digest != expected_digest {
+        return Err(ResolveError::SnapshotConflict {
+            name: snap.name.clone(),
+            reason: format!(
+                "the fetched files give {} where the Resolve Job reported {expected_digest}",
+                snap.content_digest
+            ),
+        });
+    }
+    let (stored, _) = store(&api, owner, source_name, source_uid, &snap).await?;
+    Ok((snap.name, stored.metadata.uid))
 }
 
 /// The source ConfigMap as it is now, without writing anything: its UID and

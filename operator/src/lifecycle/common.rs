@@ -127,10 +127,11 @@ pub fn resolution(src: &SourceStatus, now: &Time) -> (SourceStatus, Reason) {
     if src.resolved_at.is_none() {
         src.resolved_at = Some(now.clone());
     }
-    let reason = if src.kind == SourceKind::OCI {
-        Reason::DigestPinned
-    } else {
-        Reason::CommitResolved
+    let reason = match src.kind {
+        SourceKind::OCI => Reason::DigestPinned,
+        // A Flux artifact is fetched and snapshotted by the Resolve Job.
+        SourceKind::Flux | SourceKind::ConfigMap => Reason::SnapshotTaken,
+        SourceKind::Git => Reason::CommitResolved,
     };
     (src, reason)
 }

@@ -50,9 +50,12 @@
 //! | --- | --- |
 //! | due → Resolving (OCI) | `new_oci_source_goes_resolving` |
 //! | due → Resolving (Git) | `new_git_source_goes_resolving` |
+//! | due → Resolving (Flux: a Job fetches its artifact) | `new_flux_source_goes_resolving` |
 //! | due → Reading (ConfigMap, the manager takes the snapshot) | `configmap_source_skips_resolving_to_reading` |
 //! | Resolving → Verifying (OCI digest pinned) | `resolving_oci_digest_pinned_goes_verifying` |
 //! | Resolving → Reading (Git commit resolved) | `resolving_git_commit_goes_reading` |
+//! | Resolving → Reading (Flux artifact snapshotted) | `resolving_flux_artifact_snapshotted_goes_reading` |
+//! | Resolving → Verifying (Flux `OCIRepository` under a verification policy) | `resolving_flux_oci_repository_under_a_policy_goes_verifying` |
 //! | Verifying → Reading (policy satisfied) | `verifying_policy_satisfied_goes_reading` |
 //! | Verifying → Blocked (policy refused the artifact) | `verifying_policy_refused_goes_blocked` |
 //! | Reading → InSync (nothing pending) | `reading_nothing_pending_goes_in_sync` |
@@ -684,7 +687,10 @@ impl Machine<'_> {
             let interval_passed = is_read(c.type_)
                 && c.type_ != OperationType::Resolve
                 && !self.proof_read()
-                && matches!(self.source_kind(), Some(SourceKind::Git | SourceKind::OCI))
+                && matches!(
+                    self.source_kind(),
+                    Some(SourceKind::Git | SourceKind::OCI | SourceKind::Flux)
+                )
                 && self
                     .st
                     .source
@@ -800,7 +806,7 @@ impl Machine<'_> {
     }
 
     fn verification_policy_changed(&mut self) {
-        if self.source_kind() != Some(SourceKind::OCI) {
+        if !self.spec_common().verified {
             return;
         }
         self.input_changed(Reason::PolicyChanged, true);

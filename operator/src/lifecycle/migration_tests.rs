@@ -228,6 +228,44 @@ fn resolving_oci_digest_pinned_goes_verifying() {
 }
 
 #[test]
+fn new_flux_source_goes_resolving() {
+    let mut m = migration("flux-git");
+    let fx = run(&mut m, Observation::Pass, 0);
+    assert_eq!(phase(&m), Some(P::Resolving));
+    assert!(started(&fx, OperationType::Resolve));
+}
+
+#[test]
+fn resolving_flux_artifact_snapshotted_goes_reading() {
+    let mut m = migration("flux-git");
+    run(&mut m, Observation::Pass, 0);
+    let fx = run(
+        &mut m,
+        Observation::SourceResolved(crate::lifecycle::test_support::flux_source(1, false)),
+        1,
+    );
+    assert_eq!(phase(&m), Some(P::Reading));
+    assert!(started(&fx, OperationType::History));
+    assert_eq!(
+        cond_of(&m, C::ArtifactResolved),
+        Some((ConditionStatus::True, Reason::SnapshotTaken))
+    );
+}
+
+#[test]
+fn resolving_flux_oci_repository_under_a_policy_goes_verifying() {
+    let mut m = migration("flux-oci");
+    run(&mut m, Observation::Pass, 0);
+    let fx = run(
+        &mut m,
+        Observation::SourceResolved(crate::lifecycle::test_support::flux_source(1, true)),
+        1,
+    );
+    assert_eq!(phase(&m), Some(P::Verifying));
+    assert!(started(&fx, OperationType::Verify));
+}
+
+#[test]
 fn resolving_git_commit_goes_reading() {
     let mut m = migration("git");
     run(&mut m, Observation::Pass, 0);

@@ -34,9 +34,12 @@
 //! | --- | --- |
 //! | due → Resolving (OCI) | `new_oci_source_goes_resolving` |
 //! | due → Resolving (Git) | `new_git_source_goes_resolving` |
+//! | due → Resolving (Flux: a Job fetches its artifact) | `new_flux_source_goes_resolving` |
 //! | due → Observing (ConfigMap, no Job) | `configmap_source_skips_resolving_to_observing` |
 //! | Resolving → Verifying (OCI digest pinned) | `resolving_oci_digest_pinned_goes_verifying` |
 //! | Resolving → Observing (Git commit resolved) | `resolving_git_commit_goes_observing` |
+//! | Resolving → Observing (Flux artifact snapshotted) | `resolving_flux_artifact_snapshotted_goes_observing` |
+//! | Resolving → Verifying (Flux `OCIRepository` under a verification policy) | `resolving_flux_oci_repository_under_a_policy_goes_verifying` |
 //! | Verifying → Observing (policy satisfied) | `verifying_policy_satisfied_goes_observing` |
 //! | Verifying → Blocked (policy refused) | `verifying_policy_refused_goes_blocked` |
 //! | Observing → Planning (drift read) | `observing_drift_read_goes_planning` |
@@ -483,7 +486,10 @@ impl Machine<'_> {
             }
             let interval_passed = c.type_ != OperationType::Resolve
                 && !self.proof_owed()
-                && matches!(self.source_kind(), Some(SourceKind::Git | SourceKind::OCI))
+                && matches!(
+                    self.source_kind(),
+                    Some(SourceKind::Git | SourceKind::OCI | SourceKind::Flux)
+                )
                 && self
                     .st
                     .source

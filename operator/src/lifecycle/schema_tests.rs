@@ -251,6 +251,53 @@ fn resolving_oci_digest_pinned_goes_verifying() {
 }
 
 #[test]
+fn new_flux_source_goes_resolving() {
+    let mut s = schema("flux-git");
+    let fx = run(&mut s, Observation::Pass, 0);
+    assert_eq!(phase(&s), Some(SchemaPhase::Resolving));
+    assert!(started(&fx, OperationType::Resolve));
+}
+
+#[test]
+fn resolving_flux_artifact_snapshotted_goes_observing() {
+    let mut s = schema("flux-git");
+    run(&mut s, Observation::Pass, 0);
+    let fx = run(
+        &mut s,
+        Observation::SourceResolved(support::flux_source(1, false)),
+        1,
+    );
+    assert_eq!(phase(&s), Some(SchemaPhase::Observing));
+    assert!(started(&fx, OperationType::Observe));
+    assert_eq!(
+        conditions::get(&st(&s).conditions, C::ArtifactResolved).map(|c| c.reason),
+        Some(Reason::SnapshotTaken)
+    );
+    let bound = claim(&s).and_then(|c| c.source.clone()).expect("bound");
+    assert_eq!(bound.snapshot_name.as_deref(), Some("ptah-src-1"));
+    assert_eq!(bound.flux_object_uid.as_deref(), Some("flux-uid"));
+    assert!(bound.flux_revision.is_some());
+}
+
+#[test]
+fn resolving_flux_oci_repository_under_a_policy_goes_verifying() {
+    let mut s = schema("flux-oci");
+    run(&mut s, Observation::Pass, 0);
+    let fx = run(
+        &mut s,
+        Observation::SourceResolved(support::flux_source(1, true)),
+        1,
+    );
+    assert_eq!(phase(&s), Some(SchemaPhase::Verifying));
+    assert!(started(&fx, OperationType::Verify));
+    let bound = claim(&s).and_then(|c| c.source.clone()).expect("bound");
+    assert_eq!(
+        bound.resolved_reference.as_deref(),
+        Some(format!("oci://r.example/orders@{}", digest(1)).as_str())
+    );
+}
+
+#[test]
 fn resolving_git_commit_goes_observing() {
     let mut s = schema("git");
     run(&mut s, Observation::Pass, 0);

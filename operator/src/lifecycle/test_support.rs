@@ -44,6 +44,11 @@ pub fn resource<K: DeserializeOwned>(kind: &str, artifact: &str, source: &str) -
         "git" => {
             json!({"git": {"url": "https://git.example/orders.git", "ref": {"branch": "main"}}})
         }
+        "flux-git" => json!({"flux": {"kind": "GitRepository", "name": "orders"}}),
+        "flux-oci" => json!({
+            "flux": {"kind": "OCIRepository", "name": "orders"},
+            "verificationPolicyFrom": {"name": "verification", "key": "policy.yaml"},
+        }),
         _ => json!({"oci": {"ociRef": format!("oci://r.example/orders/{artifact}:v1")}}),
     };
     serde_json::from_value(json!({
@@ -77,6 +82,7 @@ fn resolved(kind: SourceKind, revision: String, n: u8) -> SourceStatus {
         oci: None,
         source_policy: None,
         verification: None,
+        flux: None,
     }
 }
 
@@ -106,6 +112,40 @@ pub fn git_source(n: u8) -> SourceStatus {
             location_digest: digest(200),
         }),
         ..resolved(SourceKind::Git, format!("main@sha1:{commit}"), n)
+    }
+}
+
+/// Flux's artifact `n` of the `orders` object, snapshotted; an
+/// `OCIRepository`'s manifest pinned for Verify when `verified`.
+pub fn flux_source(n: u8, verified: bool) -> SourceStatus {
+    SourceStatus {
+        flux: Some(crate::api::source::FluxResolution {
+            kind: if verified {
+                crate::api::source::FluxSourceKind::OCIRepository
+            } else {
+                crate::api::source::FluxSourceKind::GitRepository
+            },
+            name: "orders".into(),
+            uid: "flux-uid".into(),
+            artifact_digest: digest(n.wrapping_add(1)),
+            path: None,
+            snapshot_name: format!("ptah-src-{n}"),
+            snapshot_uid: None,
+        }),
+        oci: verified.then(|| OciResolution {
+            requested_reference: "oci://r.example/orders".into(),
+            resolved_reference: format!("oci://r.example/orders@{}", digest(n)),
+            digest: digest(n),
+            media_type: None,
+            artifact_type: None,
+            size: None,
+            layer_digests: Vec::new(),
+        }),
+        ..resolved(
+            SourceKind::Flux,
+            format!("main@sha1:{}", "ab".repeat(20)),
+            n,
+        )
     }
 }
 

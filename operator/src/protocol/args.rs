@@ -32,6 +32,8 @@ pub mod command {
     pub const GIT: &str = "git";
     /// An OCI source (`source fetch oci`, `resolve oci`, `verify oci`).
     pub const OCI: &str = "oci";
+    /// A Flux source's artifact (`resolve flux`).
+    pub const FLUX: &str = "flux";
     /// Resolve.
     pub const RESOLVE: &str = "resolve";
     /// Verify.
@@ -131,6 +133,16 @@ pub mod flag {
     pub const DOCKER_CONFIG: &str = "docker-config";
     /// `source fetch oci`: the artifact kind expected.
     pub const ARTIFACT_KIND: &str = "artifact-kind";
+    /// `resolve flux`: the Flux object's kind.
+    pub const FLUX_KIND: &str = "flux-kind";
+    /// `resolve flux`: the Flux object's name.
+    pub const FLUX_NAME: &str = "flux-name";
+    /// `resolve flux`: the Flux object's UID.
+    pub const FLUX_UID: &str = "flux-uid";
+    /// `resolve flux`: the artifact's SHA-256, as the object's status names it.
+    pub const ARTIFACT_DIGEST: &str = "artifact-digest";
+    /// `resolve flux`: Flux's revision of the artifact.
+    pub const REVISION: &str = "revision";
 }
 
 /// One `--flag=value` argument.
@@ -238,6 +250,9 @@ pub enum SourceKindArg {
     /// An OCI artifact.
     #[value(name = "OCI")]
     Oci,
+    /// A Flux source's artifact.
+    #[value(name = "Flux")]
+    Flux,
 }
 
 impl SourceKindArg {
@@ -247,6 +262,7 @@ impl SourceKindArg {
             Self::ConfigMap => "ConfigMap",
             Self::Git => "Git",
             Self::Oci => "OCI",
+            Self::Flux => "Flux",
         }
     }
 }
@@ -257,6 +273,7 @@ impl From<SourceKind> for SourceKindArg {
             SourceKind::ConfigMap => Self::ConfigMap,
             SourceKind::Git => Self::Git,
             SourceKind::OCI => Self::Oci,
+            SourceKind::Flux => Self::Flux,
         }
     }
 }
@@ -498,7 +515,12 @@ mod tests {
             assert_eq!(name.as_deref(), Some(m.as_str()));
         }
         // The API's spelling of a source kind is the flag's.
-        for k in [SourceKind::ConfigMap, SourceKind::Git, SourceKind::OCI] {
+        for k in [
+            SourceKind::ConfigMap,
+            SourceKind::Git,
+            SourceKind::OCI,
+            SourceKind::Flux,
+        ] {
             let api = serde_json::to_value(k).expect("serialize");
             assert_eq!(api, SourceKindArg::from(k).as_str());
         }

@@ -5,6 +5,7 @@
 //! message, the fallback when no document reached the receiver.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -25,6 +26,7 @@ pub const STEPS: &[&str] = &[
     "source fetch oci",
     "resolve git",
     "resolve oci",
+    "resolve flux",
     "verify oci",
     "observe",
     "plan",
@@ -107,6 +109,24 @@ pub enum StepOutput {
         #[serde(skip_serializing_if = "Option::is_none")]
         source_policy_digest: Option<String>,
     },
+    /// `resolve flux`: the artifact the Flux object named, its digest
+    /// checked, and the files at the path, for the manager to snapshot.
+    #[serde(rename_all = "camelCase")]
+    FluxResolved {
+        /// UID of the Flux object the Job was built for.
+        object_uid: String,
+        /// Flux's revision of the artifact.
+        revision: String,
+        /// SHA-256 of the tarball, as found (equal to the one named).
+        artifact_digest: String,
+        /// `oci://…@sha256:…` of a verified `OCIRepository`'s manifest.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reference: Option<String>,
+        /// Content digest of the files (the snapshot's manifest digest).
+        content_digest: String,
+        /// The files, by name, base64.
+        files: BTreeMap<String, String>,
+    },
     /// `resolve oci`.
     #[serde(rename_all = "camelCase")]
     OciResolved {
@@ -164,6 +184,7 @@ impl StepOutput {
             ),
             Self::OciFetched { digest, .. } => (Some(digest.clone()), None),
             Self::OciResolved { resolution } => (Some(resolution.digest.clone()), None),
+            Self::FluxResolved { content_digest, .. } => (Some(content_digest.clone()), None),
             Self::OciVerified { evidence, .. } => (Some(evidence.artifact_digest.clone()), None),
             Self::DriftObserved { report } => (Some(report.report_digest.clone()), None),
             Self::Planned { plan } => {

@@ -81,6 +81,7 @@ impl Command {
             Command::Source(SourceCommand::Fetch(FetchCommand::Oci(_))) => "source fetch oci",
             Command::Resolve(ResolveCommand::Git(_)) => "resolve git",
             Command::Resolve(ResolveCommand::Oci(_)) => "resolve oci",
+            Command::Resolve(ResolveCommand::Flux(_)) => "resolve flux",
             Command::Verify(VerifyCommand::Oci(_)) => "verify oci",
             Command::Observe(_) => "observe",
             Command::Plan(_) => "plan",
@@ -203,6 +204,9 @@ pub enum ResolveCommand {
     /// A tag to a manifest digest.
     #[command(name = command::OCI)]
     Oci(ResolveOciArgs),
+    /// A Flux object's artifact to the files at a path, digest checked.
+    #[command(name = command::FLUX)]
+    Flux(ResolveFluxArgs),
 }
 
 /// `ptah-runner verify …`.
@@ -397,6 +401,38 @@ pub struct ResolveOciArgs {
     pub registry: RegistryArgs,
 }
 
+/// `resolve flux`: what the manager read from the Flux object's status at
+/// dispatch; the step fetches nothing else and echoes the object back.
+#[derive(Args, Debug)]
+pub struct ResolveFluxArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// `GitRepository` or `OCIRepository`.
+    #[arg(long = flag::FLUX_KIND, value_parser = parse_text)]
+    pub flux_kind: String,
+    /// The object's name.
+    #[arg(long = flag::FLUX_NAME, value_parser = parse_text)]
+    pub flux_name: String,
+    /// The object's UID.
+    #[arg(long = flag::FLUX_UID, value_parser = parse_text)]
+    pub flux_uid: String,
+    /// `status.artifact.url`.
+    #[arg(long = flag::URL, value_parser = parse_http_url)]
+    pub url: String,
+    /// `status.artifact.digest`.
+    #[arg(long = flag::ARTIFACT_DIGEST, value_parser = parse_digest)]
+    pub artifact_digest: String,
+    /// `status.artifact.revision`.
+    #[arg(long = flag::REVISION, value_parser = parse_text)]
+    pub revision: String,
+    /// Directory or file in the artifact.
+    #[arg(long = flag::PATH, value_parser = parse_text)]
+    pub path: Option<String>,
+    /// A verified `OCIRepository`'s manifest, pinned.
+    #[arg(long = flag::REFERENCE, value_parser = parse_oci_pinned)]
+    pub reference: Option<String>,
+}
+
 /// `verify oci`.
 #[derive(Args, Debug)]
 pub struct VerifyOciArgs {
@@ -408,6 +444,13 @@ pub struct VerifyOciArgs {
     /// The mounted verification policy.
     #[arg(long = flag::POLICY, value_parser = parse_abs_path)]
     pub policy: PathBuf,
+    /// A Flux `OCIRepository`'s artifact: the content digest of the files
+    /// source-controller served, which the registry's layer must give.
+    #[arg(long = flag::CONTENT_DIGEST, value_parser = parse_digest)]
+    pub content_digest: Option<String>,
+    /// The path selected in a Flux artifact.
+    #[arg(long = flag::PATH, value_parser = parse_text, requires = "content_digest")]
+    pub path: Option<String>,
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
@@ -578,6 +621,21 @@ fn parse_oci_pinned(value: &str) -> Result<String, String> {
     let reference: supplychain::oci::OciReference = text.parse().map_err(|e| format!("{e}"))?;
     if reference.digest.is_none() {
         return Err("must be pinned by digest (oci://…@sha256:…)".into());
+    }
+    Ok(text)
+}
+
+/// source-controller serves its artifacts over plain HTTP inside the
+/// cluster; a URL with userinfo is refused (nothing here is a credential).
+fn parse_http_url(value: &str) -> Result<String, String> {
+    let text = parse_text(value)?;
+    let rest = ["http://", "https://"]
+        .iter()
+        .find_map(|s| text.strip_prefix(s))
+        .ok_or("must be an http:// or https:// URL")?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.is_empty() || authority.contains('@') {
+        return Err("must name a host and carry no userinfo".into());
     }
     Ok(text)
 }

@@ -16,8 +16,8 @@ use supplychain::{git, oci};
 
 use super::cli::{
     ApplyArgs, ArtifactKindArg, CheckArgs, Command, CommonArgs, DatabaseArgs, FetchCommand,
-    FetchGitArgs, FetchOciArgs, RegistryArgs, ResolveCommand, ResolveGitArgs, ResolveOciArgs,
-    SourceCommand, StepBounds, VerifyCommand, VerifyOciArgs,
+    FetchGitArgs, FetchOciArgs, RegistryArgs, ResolveCommand, ResolveFluxArgs, ResolveGitArgs,
+    ResolveOciArgs, SourceCommand, StepBounds, VerifyCommand, VerifyOciArgs,
 };
 use super::credentials::{git_credentials, read_optional, registry_credentials};
 use super::deliver::{self, Delivered, DeliveryError, FetchedPlan, PlanFetchError, Target};
@@ -99,6 +99,10 @@ pub async fn run_step(command: Command) -> Finished {
         Command::Resolve(ResolveCommand::Oci(a)) => {
             let c = a.common.clone();
             operation_step(name, &c, Box::pin(resolve_oci(a)))
+        }
+        Command::Resolve(ResolveCommand::Flux(a)) => {
+            let c = a.common.clone();
+            operation_step(name, &c, Box::pin(resolve_flux(a)))
         }
         Command::Verify(VerifyCommand::Oci(a)) => {
             let c = a.common.clone();
@@ -879,6 +883,58 @@ async fn resolve_oci(a: ResolveOciArgs) -> Result<StepOutput, StepError> {
     Ok(StepOutput::OciResolved { resolution })
 }
 
+// ---- Flux ----
+
+/// The largest tarball fetched: a snapshot holds at most a ConfigMap's
+/// bytes, and a repository's tarball carries more than the selected path.
+const MAX_FLUX_ARTIFACT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// A Flux artifact that cannot be read is a failed Resolve (`ResolveFailed`),
+/// retried on the artifact the object names then: the message names the
+/// object. Bad flags are the Job's input.
+fn flux_error(object: &str, e: supplychain::flux::FluxError) -> StepError {
+    use supplychain::flux::FluxError as F;
+    let message = format!("{object}: {e}");
+    match e {
+        F::InvalidDigest { .. } | F::InvalidUrl { .. } | F::InvalidPath { .. } => {
+            StepError::input(message)
+        }
+        _ => StepError::failed(message),
+    }
+}
+
+async fn resolve_flux(a: ResolveFluxArgs) -> Result<StepOutput, StepError> {
+    use base64::Engine as _;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| StepError::failed(format!("an HTTP client: {e}")))?;
+    let artifact = supplychain::flux::Artifact {
+        url: a.url,
+        digest: a.artifact_digest,
+        revision: a.revision,
+    };
+    let object = format!("{}/{}", a.flux_kind, a.flux_name);
+    let tarball = supplychain::flux::fetch(&client, &artifact, MAX_FLUX_ARTIFACT_BYTES)
+        .await
+        .map_err(|e| flux_error(&object, e))?;
+    let found = supplychain::flux::files_at(&tarball, a.path.as_deref(), &Default::default())
+        .map_err(|e| flux_error(&object, e))?;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    Ok(StepOutput::FluxResolved {
+        object_uid: a.flux_uid,
+        revision: artifact.revision,
+        artifact_digest: artifact.digest,
+        reference: a.reference,
+        content_digest: found.content_digest,
+        files: found
+            .files
+            .iter()
+            .map(|(name, bytes)| (name.clone(), b64.encode(bytes)))
+            .collect(),
+    })
+}
+
 async fn verify_oci(a: VerifyOciArgs) -> Result<StepOutput, StepError> {
     let bytes = read_policy(&a.policy)?;
     let policy = CompiledPolicy::parse(&bytes).map_err(|e| {
@@ -894,7 +950,12 @@ async fn verify_oci(a: VerifyOciArgs) -> Result<StepOutput, StepError> {
         .digest
         .clone()
         .ok_or_else(|| StepError::input("--reference: must be pinned by digest"))?;
-    let evidence = verification::verify(&source, &digest, kind_of_resource(&a.common), &policy)
+    let kind = if a.content_digest.is_some() {
+        ArtifactKind::Flux
+    } else {
+        kind_of_resource(&a.common)
+    };
+    let evidence = verification::verify(&source, &digest, kind, &policy)
         .await
         .map_err(|f| match f {
             VerifyFailure::Refused(r) => {
@@ -904,10 +965,44 @@ async fn verify_oci(a: VerifyOciArgs) -> Result<StepOutput, StepError> {
             // A read that failed, retried after failureRetryInterval.
             VerifyFailure::Unavailable(_) => StepError::failed(f.to_string()),
         })?;
+    if let Some(served) = &a.content_digest {
+        flux_content_matches(&source, &digest, a.path.as_deref(), served).await?;
+    }
     Ok(StepOutput::OciVerified {
         reference: source.reference().pinned(&digest).to_string(),
         evidence,
     })
+}
+
+/// The signed manifest's layer, read from the registry, gives the files
+/// source-controller served: Flux's extraction is checked, not trusted.
+async fn flux_content_matches(
+    source: &OciSource,
+    digest: &str,
+    path: Option<&str>,
+    served: &str,
+) -> Result<(), StepError> {
+    let layers = source
+        .fetch(digest, ArtifactKind::Flux)
+        .await
+        .map_err(oci_error)?;
+    let tarball = layers
+        .first()
+        .map(|l| l.bytes.as_slice())
+        .unwrap_or_default();
+    let found = supplychain::flux::files_at(tarball, path, &Default::default())
+        .map_err(|e| StepError::refused("content", None, format!("the signed artifact: {e}")))?;
+    if found.content_digest != served {
+        return Err(StepError::refused(
+            "content",
+            None,
+            format!(
+                "the signed artifact {digest} gives content {} at the path, but source-controller served {served}",
+                found.content_digest
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn read_policy(path: &Path) -> Result<Vec<u8>, StepError> {

@@ -531,3 +531,60 @@ fn source_binding_serializes_with_the_api_field_names() {
     let back: SourceBinding = serde_json::from_value(v).unwrap();
     assert_eq!(back, oci);
 }
+
+#[test]
+fn every_bound_flux_input_changes_the_fingerprint_and_its_evidence_does_not() {
+    let evidence = SignerEvidence {
+        subject: Some("ci@example.com".into()),
+        ..SignerEvidence::default()
+    };
+    let with = |uid: &str, revision: &str, content: &str, snapshot: &str, verified: bool| {
+        let mut b = schema_binding();
+        let v = verified.then(|| ("oci://r/a@sha256:1", policy(), &evidence));
+        b.source = SourceBinding::flux(uid, revision, content, snapshot, v).unwrap();
+        b.fingerprint().unwrap()
+    };
+    let base = with("u", "main@sha1:aa", D2, "ptah-src-1", false);
+    let fps = vec![
+        ("base".to_string(), base.clone()),
+        (
+            "object UID".into(),
+            with("v", "main@sha1:aa", D2, "ptah-src-1", false),
+        ),
+        // Flux's revision is bound: another commit is another plan.
+        (
+            "revision".into(),
+            with("u", "main@sha1:bb", D2, "ptah-src-1", false),
+        ),
+        (
+            "content".into(),
+            with("u", "main@sha1:aa", D1, "ptah-src-1", false),
+        ),
+        (
+            "verified".into(),
+            with("u", "main@sha1:aa", D2, "ptah-src-1", true),
+        ),
+    ];
+    all_distinct(&fps);
+    assert_eq!(
+        with("u", "main@sha1:aa", D2, "ptah-src-2", false),
+        base,
+        "the snapshot's name is evidence, not bound"
+    );
+}
+
+#[test]
+fn flux_fields_on_another_kind_and_half_a_verification_are_refused() {
+    let mut git = SourceBinding::git("https://h/r.git", None, "c", D2, None).unwrap();
+    git.flux_revision = Some("main@sha1:aa".into());
+    let err = git.document().unwrap_err().to_string();
+    assert!(err.contains("source.fluxObjectUID"), "{err}");
+    let mut flux = SourceBinding::flux("u", "r", D2, "ptah-src-1", None).unwrap();
+    flux.verification_policy_uid = Some("p".into());
+    let err = flux.document().unwrap_err().to_string();
+    assert!(err.contains("source.verificationPolicyUID"), "{err}");
+    let mut missing = SourceBinding::flux("u", "r", D2, "ptah-src-1", None).unwrap();
+    missing.flux_revision = None;
+    let err = missing.document().unwrap_err().to_string();
+    assert!(err.contains("source.fluxRevision"), "{err}");
+}

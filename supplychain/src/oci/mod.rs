@@ -37,6 +37,10 @@ pub const MIGRATIONS_ARTIFACT_TYPE: &str = "application/vnd.stokaro.ptah.migrati
 pub const SCHEMA_LAYER_TYPE: &str = "application/vnd.stokaro.ptah.schema.hcl.v1";
 /// Layer media type of each file of a migration directory.
 pub const MIGRATION_FILE_LAYER_TYPE: &str = "application/vnd.stokaro.ptah.migration.file.v1";
+/// Config media type of an artifact `flux push artifact` packs.
+pub const FLUX_CONFIG_TYPE: &str = "application/vnd.cncf.flux.config.v1+json";
+/// Its one layer: a gzip tarball of the pushed directory.
+pub const FLUX_CONTENT_LAYER_TYPE: &str = "application/vnd.cncf.flux.content.v1.tar+gzip";
 /// The OCI image manifest, the only manifest an artifact may be.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The OCI empty config of artifacts packed by oras-go.
@@ -46,12 +50,15 @@ pub const KIND_ANNOTATION: &str = "io.stokaro.ptah.kind";
 /// The annotation that names a layer's file.
 pub const TITLE_ANNOTATION: &str = "org.opencontainers.image.title";
 
-/// Which of the two Ptah artifacts a source must be.
+/// Which artifact a source must be: one of the two Ptah artifacts, or the
+/// Flux artifact a Flux `OCIRepository` serves (a tarball the operator
+/// snapshots from source-controller, and Verify checks in the registry).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ArtifactKind {
     Schema,
     Migrations,
+    Flux,
 }
 
 impl ArtifactKind {
@@ -59,6 +66,7 @@ impl ArtifactKind {
         match self {
             ArtifactKind::Schema => SCHEMA_ARTIFACT_TYPE,
             ArtifactKind::Migrations => MIGRATIONS_ARTIFACT_TYPE,
+            ArtifactKind::Flux => FLUX_CONFIG_TYPE,
         }
     }
 
@@ -66,6 +74,7 @@ impl ArtifactKind {
         match self {
             ArtifactKind::Schema => SCHEMA_LAYER_TYPE,
             ArtifactKind::Migrations => MIGRATION_FILE_LAYER_TYPE,
+            ArtifactKind::Flux => FLUX_CONTENT_LAYER_TYPE,
         }
     }
 }
@@ -1048,6 +1057,30 @@ pub fn check_artifact(
             format!("annotation {KIND_ANNOTATION} disagrees"),
         ));
     }
+    if expected == ArtifactKind::Flux {
+        // One tarball, untitled: the layer source-controller extracts is
+        // the one Verify reads.
+        return match manifest.layers.as_slice() {
+            [layer] if layer.media_type == FLUX_CONTENT_LAYER_TYPE => Ok(vec![LayerDigest {
+                digest: layer.digest.clone(),
+                media_type: layer.media_type.clone(),
+                size: u64::try_from(layer.size).unwrap_or_default(),
+                title: String::new(),
+            }]),
+            layers => Err(refuse(
+                declared,
+                format!(
+                    "a Flux artifact has exactly one {FLUX_CONTENT_LAYER_TYPE} layer, this one has {} layer(s) of types {}",
+                    layers.len(),
+                    layers
+                        .iter()
+                        .map(|l| l.media_type.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        };
+    }
     if expected == ArtifactKind::Schema && manifest.layers.len() != 1 {
         return Err(refuse(
             declared,
@@ -1277,6 +1310,26 @@ mod tests {
             manifest: serde_json::from_slice(&bytes).unwrap(),
             bytes,
         }
+    }
+
+    #[test]
+    fn a_flux_artifact_is_one_tarball_and_never_a_ptah_one() {
+        let flux = manifest(None, FLUX_CONFIG_TYPE, FLUX_CONTENT_LAYER_TYPE, "");
+        let layers = check_artifact(&flux, ArtifactKind::Flux).expect("a Flux artifact");
+        assert_eq!(layers.len(), 1);
+        assert!(check_artifact(&flux, ArtifactKind::Schema).is_err());
+        let schema = manifest(
+            Some(SCHEMA_ARTIFACT_TYPE),
+            OCI_EMPTY_CONFIG,
+            SCHEMA_LAYER_TYPE,
+            "schema.hcl",
+        );
+        assert!(check_artifact(&schema, ArtifactKind::Flux).is_err());
+        let other_layer = manifest(None, FLUX_CONFIG_TYPE, SCHEMA_LAYER_TYPE, "x");
+        let err = check_artifact(&other_layer, ArtifactKind::Flux)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("exactly one"), "{err}");
     }
 
     #[test]

@@ -90,10 +90,49 @@ pub(super) fn source_operation(input: &JobInput, parts: &mut Parts) -> Result<()
                 parts
                     .args
                     .push(arg(flag::POLICY, format!("{POLICY_DIR}/policy.yaml")));
+                if let Some(flux) = &oci.flux_content {
+                    check_digest("source.flux.contentDigest", &flux.content_digest)?;
+                    parts
+                        .args
+                        .push(arg(flag::CONTENT_DIGEST, &flux.content_digest));
+                    if let Some(p) = &flux.path {
+                        check_text("spec.source.flux.path", p)?;
+                        parts.args.push(arg(flag::PATH, p));
+                    }
+                }
             }
             let access = registry_access(oci)?;
             parts.env.extend(access.env);
             parts.hand_over((access.args, access.mounts, access.volumes));
+        }
+        SourceInput::Flux(flux) => {
+            let a = flux.artifact.as_ref().ok_or(JobBuildError::Missing {
+                field: "the Flux object's status.artifact",
+                operation: op,
+            })?;
+            check_subdomain("spec.source.flux.name", &flux.name)?;
+            check_text("status.artifact.url", &a.url)?;
+            check_text("status.artifact.revision", &a.revision)?;
+            check_text("metadata.uid", &a.uid)?;
+            check_digest("status.artifact.digest", &a.digest)?;
+            parts.args.push(command::FLUX.into());
+            parts.args.extend(common_args(input));
+            parts.args.extend([
+                arg(flag::FLUX_KIND, flux.kind.as_str()),
+                arg(flag::FLUX_NAME, &flux.name),
+                arg(flag::FLUX_UID, &a.uid),
+                arg(flag::URL, &a.url),
+                arg(flag::ARTIFACT_DIGEST, &a.digest),
+                arg(flag::REVISION, &a.revision),
+            ]);
+            if let Some(p) = &flux.path {
+                check_text("spec.source.flux.path", p)?;
+                parts.args.push(arg(flag::PATH, p));
+            }
+            if let Some(r) = &a.reference {
+                check_oci_reference(r, true)?;
+                parts.args.push(arg(flag::REFERENCE, r));
+            }
         }
         SourceInput::ConfigMap { .. } => {
             return Err(JobBuildError::SourceNotForOperation {
@@ -361,6 +400,12 @@ pub(super) fn source_step(input: &JobInput) -> Result<(String, SourceStep), JobB
             mounts.extend(access.mounts);
             volumes.extend(access.volumes);
             digest
+        }
+        SourceInput::Flux(_) => {
+            return Err(JobBuildError::SourceNotForOperation {
+                operation: op,
+                source_kind: SourceKind::Flux,
+            });
         }
     };
     args.push(arg(flag::OUT, SOURCE_DIR));

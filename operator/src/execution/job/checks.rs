@@ -187,7 +187,9 @@ pub(super) fn check_input(input: &JobInput) -> Result<Checked, JobBuildError> {
     let source_ok = match op {
         OperationType::Resolve => source_kind != SourceKind::ConfigMap,
         OperationType::Verify => source_kind == SourceKind::OCI,
-        _ => true,
+        // A Flux source is fetched by Resolve alone; later operations mount
+        // its snapshot.
+        _ => source_kind != SourceKind::Flux,
     };
     if !source_ok {
         return Err(JobBuildError::SourceNotForOperation {

@@ -2,6 +2,7 @@
 //! source, what an Apply runs, the images and where the result goes.
 
 use super::*;
+use crate::api::source::FluxSourceKind;
 
 impl OwnerKind {
     pub fn kind(self) -> String {
@@ -112,6 +113,50 @@ pub struct OciInput {
     pub transport: Option<OciTransport>,
     /// `spec.source.verificationPolicyFrom`: required for Verify, unused otherwise.
     pub verification_policy: Option<ConfigMapKeyRef>,
+    /// A Flux `OCIRepository`'s Verify: the files source-controller served,
+    /// which the signed artifact's layer must give.
+    pub flux_content: Option<FluxContent>,
+}
+
+/// What a Flux artifact's snapshot holds, for Verify to compare.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FluxContent {
+    /// The snapshot's content digest.
+    pub content_digest: String,
+    /// `spec.source.flux.path`.
+    pub path: Option<String>,
+}
+
+/// A Flux source's artifact, as Resolve fetches it: read from the object's
+/// status by the manager at dispatch, so the Job is bound to that artifact.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FluxInput {
+    /// `spec.source.flux.kind`.
+    pub kind: FluxSourceKind,
+    /// `spec.source.flux.name`.
+    pub name: String,
+    /// `spec.source.flux.path`.
+    pub path: Option<String>,
+    /// What the object's status names; the manager fills it at dispatch.
+    pub artifact: Option<FluxArtifact>,
+}
+
+/// A Flux object's artifact as its status names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FluxArtifact {
+    /// UID of the object.
+    pub uid: String,
+    /// `status.artifact.url`: source-controller's HTTP address of the tarball.
+    pub url: String,
+    /// `status.artifact.digest`: SHA-256 of the tarball.
+    pub digest: String,
+    /// `status.artifact.revision`.
+    pub revision: String,
+    /// An `OCIRepository` under a verification policy: its manifest pinned
+    /// by digest (`oci://…@sha256:…`), what Verify checks.
+    pub reference: Option<String>,
+    /// An `OCIRepository`'s `spec.insecure`: its registry speaks plain HTTP.
+    pub insecure: bool,
 }
 
 /// What the operation reads.
@@ -128,6 +173,9 @@ pub enum SourceInput {
     Git(GitInput),
     /// An OCI artifact.
     Oci(OciInput),
+    /// A Flux source's artifact (Resolve only: later operations mount its
+    /// snapshot).
+    Flux(FluxInput),
 }
 
 impl SourceInput {
@@ -136,6 +184,7 @@ impl SourceInput {
             Self::ConfigMap { .. } => SourceKind::ConfigMap,
             Self::Git(_) => SourceKind::Git,
             Self::Oci(_) => SourceKind::OCI,
+            Self::Flux(_) => SourceKind::Flux,
         }
     }
 }

@@ -33,6 +33,8 @@ pub struct SpecCommon<'a> {
     pub failure_retry_interval: &'a GoDuration,
     /// The kind `spec.source` selects.
     pub source_kind: Option<SourceKind>,
+    /// Whether a Verify Job checks the source (`Source::verified`).
+    pub verified: bool,
     /// `spec.suspend`.
     pub suspend: bool,
 }
@@ -517,7 +519,10 @@ pub trait Machinery {
     fn resolution_outlived(&self, c: &ActiveOperation) -> bool {
         let interval = self.interval();
         c.type_ != OperationType::Resolve
-            && matches!(self.source_kind(), Some(SourceKind::Git | SourceKind::OCI))
+            && matches!(
+                self.source_kind(),
+                Some(SourceKind::Git | SourceKind::OCI | SourceKind::Flux)
+            )
             && self
                 .source_status()
                 .and_then(|s| s.resolved_at.as_ref())
@@ -550,8 +555,9 @@ pub trait Machinery {
         self.start_database_read();
     }
 
-    /// A Resolve Job pinned the Git commit or the OCI digest: an OCI
-    /// artifact is verified next, other content read at once. Other content
+    /// A Resolve Job pinned the Git commit, the OCI digest or the Flux
+    /// artifact: an OCI artifact (or a Flux `OCIRepository` under a
+    /// verification policy) is verified next, other content read at once. Other content
     /// than the plan was made from retires the plan.
     fn source_resolved(&mut self, src: &SourceStatus) {
         if self.claim_type() != Some(OperationType::Resolve) {
@@ -565,12 +571,12 @@ pub trait Machinery {
             self.retire(Reason::PlanNoLongerCurrent);
         }
         let (src, reason) = super::resolution(src, self.now());
-        let oci = src.kind == SourceKind::OCI;
+        let verify = self.spec_common().verified;
         let revision = src.revision.clone();
         *self.source_slot() = Some(src);
         let t = Self::ARTIFACT_RESOLVED;
         self.cond(t, ConditionStatus::True, reason, &revision);
-        if oci {
+        if verify {
             self.start_verify();
         } else {
             self.start_database_read();
@@ -712,6 +718,7 @@ macro_rules! machinery {
                 interval: &spec.interval,
                 failure_retry_interval: &spec.execution.failure_retry_interval,
                 source_kind: spec.source.kind(),
+                verified: spec.source.verified(),
                 suspend: spec.suspend,
             }
         }

@@ -94,7 +94,7 @@ impl Machine<'_> {
     }
 
     pub(super) fn verification_policy_changed(&mut self) {
-        if self.source_kind() != Some(SourceKind::OCI)
+        if !self.spec_common().verified
             || self.blocked_reason() == Some(Reason::TargetIdentityChanged)
         {
             return;
