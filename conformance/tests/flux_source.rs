@@ -9,8 +9,9 @@
 //! * A schema from a `GitRepository`, on PostgreSQL and MariaDB: `InSync`
 //!   with `status.source` naming Flux's revision and artifact digest, the
 //!   plan bound to that revision, the snapshot holding only the path's
-//!   files; a new commit, once Flux has it and a read is asked for, is a new
-//!   plan bound to the new revision and applied.
+//!   files; a new commit, once Flux has it, is read at once (the manager
+//!   watches the object; the interval is 10 minutes) and is a new plan bound
+//!   to the new revision, applied.
 //! * A migration from a `GitRepository` (PostgreSQL): the History and the
 //!   Apply read the snapshot; both versions applied.
 //! * Verdicts naming the object: a `GitRepository` that does not exist, one
@@ -168,6 +169,7 @@ async fn names_the_artifact(
     obj: &DynamicObject,
     files: &[&str],
 ) -> anyhow::Result<()> {
+    eprintln!("status.source: {}", serde_json::to_string_pretty(src)?);
     assert_eq!(src.kind, SourceKind::Flux);
     assert_eq!(src.revision, artifact(obj, "revision"));
     let flux = src.flux.as_ref().context("status.source.flux")?;
@@ -267,15 +269,7 @@ async fn a_schema_follows_a_git_repository(engine: Engine) -> anyhow::Result<()>
     fetch_now(&git, "orders").await?;
     let obj = flux_ready_at(&git, "orders", &second).await?;
     let revision = artifact(&obj, "revision");
-    let read_at = jiff::Timestamp::now().to_string();
-    ns.api::<PtahSchema>()
-        .patch(
-            "orders",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                operator::api::annotations::READ_REQUESTED_AT: read_at}}})),
-        )
-        .await?;
+    // The manager watches the GitRepository: no read request, no interval.
     let s = operator
         .until(
             &ns,

@@ -13,6 +13,56 @@ use crate::api::source::{FluxSource, FluxSourceKind, OciTransport, Source};
 use crate::api::status::{ActiveOperation, OperationType};
 use crate::execution::job::{FluxArtifact, JobInput, SourceInput};
 
+/// The part of a Flux `GitRepository` the watch keeps: metadata and
+/// `status.artifact` (the spec is not read from the watch).
+#[derive(kube::CustomResource, serde::Deserialize, serde::Serialize, Clone, Debug, Default)]
+#[kube(
+    group = "source.toolkit.fluxcd.io",
+    version = "v1",
+    kind = "GitRepository",
+    namespaced,
+    status = "WatchedStatus",
+    schema = "disabled"
+)]
+pub struct GitRepositorySpec {}
+
+/// The part of a Flux `OCIRepository` the watch keeps.
+#[derive(kube::CustomResource, serde::Deserialize, serde::Serialize, Clone, Debug, Default)]
+#[kube(
+    group = "source.toolkit.fluxcd.io",
+    version = "v1",
+    kind = "OCIRepository",
+    namespaced,
+    status = "WatchedStatus",
+    schema = "disabled"
+)]
+pub struct OCIRepositorySpec {}
+
+/// `status.artifact.revision`, all the watch keeps of a Flux status.
+#[derive(serde::Deserialize, serde::Serialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchedStatus {
+    /// The artifact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<WatchedArtifact>,
+}
+
+/// The artifact's revision.
+#[derive(serde::Deserialize, serde::Serialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchedArtifact {
+    /// `status.artifact.revision`.
+    #[serde(default)]
+    pub revision: String,
+}
+
+/// The UID and artifact revision of a watched Flux object.
+pub fn watched_artifact<K: kube::Resource>(
+    obj: &K,
+    status: Option<&WatchedStatus>,
+) -> Option<(String, String)> {
+    let revision = status?.artifact.as_ref()?.revision.clone();
+    Some((obj.meta().uid.clone()?, revision))
+}
+
 /// Flux's source API group and version.
 pub const GROUP: &str = "source.toolkit.fluxcd.io";
 pub const VERSION: &str = "v1";
@@ -21,7 +71,8 @@ pub const VERSION: &str = "v1";
 /// naming the object.
 pub type NotReady = (Reason, String);
 
-fn api_resource(kind: FluxSourceKind) -> ApiResource {
+/// The API resource of a Flux source kind.
+pub fn api_resource(kind: FluxSourceKind) -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk(GROUP, VERSION, kind.as_str()),
         kind.plural(),
@@ -140,6 +191,30 @@ pub fn manifest_digest(revision: &str) -> Option<String> {
     let hex = digest.strip_prefix("sha256:")?;
     (hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
         .then(|| digest.to_string())
+}
+
+/// The resources of `store` whose `spec.source.flux` names the Flux object
+/// `obj` of `kind`.
+pub fn naming<K: super::family::Family, O: kube::Resource>(
+    store: &kube::runtime::reflector::Store<K>,
+    obj: &O,
+    kind: FluxSourceKind,
+) -> Vec<kube::runtime::reflector::ObjectRef<K>> {
+    use kube::ResourceExt;
+    let ns = obj.meta().namespace.clone().unwrap_or_default();
+    let name = obj.meta().name.clone().unwrap_or_default();
+    store
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|r| {
+            r.source()
+                .flux
+                .as_ref()
+                .is_some_and(|f| f.kind == kind && f.name == name)
+        })
+        .map(|r| kube::runtime::reflector::ObjectRef::from_obj(&*r))
+        .collect()
 }
 
 /// Reads the object a Flux source names.

@@ -50,6 +50,7 @@ use crate::api::status::OperationType;
 use kube::{Client, ResourceExt};
 
 use crate::api::approval::Approval;
+use crate::api::source::FluxSourceKind;
 use crate::api::status::{ExecutionBinding, OperationStatus};
 use crate::execution::job::{Images, MANAGED_BY};
 use crate::execution::lease::Leases;
@@ -248,7 +249,15 @@ pub use error::{Error, kube_err};
 /// Runs the PtahSchema and PtahMigration controllers until their watches
 /// end: one watch per kind, shared by both.
 pub async fn run(ctx: Arc<Context>) {
-    let shared = stores::start(&ctx.client, ctx.config.watch_namespace.as_deref());
+    let ns = ctx.config.watch_namespace.as_deref();
+    let flux = match stores::flux_watchable(&ctx.client, ns).await {
+        Ok(()) => true,
+        Err(why) => {
+            tracing::info!(%why, "Flux's source objects are not watched: a spec.source.flux is read at each Resolve, a new artifact at the interval");
+            false
+        }
+    };
+    let shared = stores::start(&ctx.client, ns, flux);
     let watches = futures::future::join_all(shared.watches);
     let stores = shared.stores;
     let (schema_subs, migration_subs, acks) =
@@ -286,6 +295,7 @@ async fn family<K: Family>(
     let store = K::store(stores).clone();
     let by_config_map = store.clone();
     let by_realm = store.clone();
+    let store_for_flux = store.clone();
     // A result handed over by the receiver wakes the resource it is for.
     let handed = ctx
         .inbox
@@ -297,7 +307,7 @@ async fn family<K: Family>(
         .watches_shared_stream(subs.approvals, |a| {
             Some(ObjectRef::new(&a.owner().name).within(&a.namespace().unwrap_or_default()))
         });
-    more(controller)
+    let controller = more(controller)
         .owns_shared_stream(subs.jobs)
         .watches_shared_stream(subs.config_maps, move |cm| {
             let ns = cm.namespace().unwrap_or_default();
@@ -326,7 +336,22 @@ async fn family<K: Family>(
                 .map(|r| ObjectRef::from_obj(&*r))
                 .collect::<Vec<_>>()
         })
-        .shutdown_on_signal()
+        .shutdown_on_signal();
+    // Flux's new artifact wakes the resources that name its object.
+    let controller = match subs.flux {
+        Some((git, oci)) => {
+            let (by_git, by_oci) = (store_for_flux.clone(), store_for_flux);
+            controller
+                .watches_shared_stream(git, move |o| {
+                    flux::naming(&by_git, &*o, FluxSourceKind::GitRepository)
+                })
+                .watches_shared_stream(oci, move |o| {
+                    flux::naming(&by_oci, &*o, FluxSourceKind::OCIRepository)
+                })
+        }
+        None => controller,
+    };
+    controller
         .run(pass::reconcile::<K>, error_policy, ctx)
         .for_each(|res| async move {
             match res {

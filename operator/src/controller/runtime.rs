@@ -157,7 +157,19 @@ pub async fn input_changes(
         },
         _ => false,
     };
-    if (policy_moved && !reading_source) || content_moved {
+    // Flux has another artifact than the one resolved (a new revision, or
+    // another object of the name): read it now, not at the interval.
+    let flux_moved = match (
+        &src.flux,
+        recorded.flux.as_ref(),
+        ctx.stores().flux.as_ref(),
+    ) {
+        (Some(f), Some(resolved), Some(stores)) if !reading_source => stores
+            .artifact(ns, f)
+            .is_some_and(|(uid, revision)| uid != resolved.uid || revision != recorded.revision),
+        _ => false,
+    };
+    if (policy_moved && !reading_source) || content_moved || flux_moved {
         out.push(InputChange::Source);
     }
     if let (Some(p), Some(evidence), false) = (

@@ -24,6 +24,8 @@ use crate::api::migration::PtahMigration;
 use crate::api::realm::PtahRealm;
 use crate::api::schema::PtahSchema;
 
+use super::flux::{GitRepository, OCIRepository};
+
 /// How many events a subscriber may trail its watch by before the watch
 /// waits for it.
 const SUBSCRIBER_BUFFER: usize = 1024;
@@ -47,6 +49,45 @@ pub struct Stores {
     pub jobs: Store<Job>,
     /// ConfigMaps, metadata only.
     pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    /// Flux's source objects, when Flux's source API is served.
+    pub flux: Option<FluxStores>,
+}
+
+/// Flux's `GitRepository` and `OCIRepository` objects, as the watch keeps
+/// them (metadata and the artifact's revision): what tells a pass Flux has
+/// another artifact.
+#[derive(Clone)]
+pub struct FluxStores {
+    /// `GitRepository` objects.
+    pub git: Store<GitRepository>,
+    /// `OCIRepository` objects.
+    pub oci: Store<OCIRepository>,
+}
+
+impl FluxStores {
+    /// The UID and artifact revision of the object `source` names in `ns`,
+    /// as last watched; `None` while it has no artifact.
+    pub fn artifact(
+        &self,
+        ns: &str,
+        source: &crate::api::source::FluxSource,
+    ) -> Option<(String, String)> {
+        use crate::api::source::FluxSourceKind;
+        match source.kind {
+            FluxSourceKind::GitRepository => {
+                let obj = self
+                    .git
+                    .get(&reflector::ObjectRef::new(&source.name).within(ns))?;
+                super::flux::watched_artifact(&*obj, obj.status.as_ref())
+            }
+            FluxSourceKind::OCIRepository => {
+                let obj = self
+                    .oci
+                    .get(&reflector::ObjectRef::new(&source.name).within(ns))?;
+                super::flux::watched_artifact(&*obj, obj.status.as_ref())
+            }
+        }
+    }
 }
 
 /// The streams that wake one family's controller.
@@ -64,6 +105,8 @@ pub struct Subscribers<
     pub config_maps: ReflectHandle<PartialObjectMeta<ConfigMap>>,
     /// PtahRealms.
     pub realms: ReflectHandle<PtahRealm>,
+    /// Flux's `GitRepository` and `OCIRepository` objects, when served.
+    pub flux: Option<(ReflectHandle<GitRepository>, ReflectHandle<OCIRepository>)>,
 }
 
 /// A watch to poll for as long as the manager runs.
@@ -83,8 +126,33 @@ pub struct Shared {
     pub watches: Vec<Watch>,
 }
 
-/// Sets up one watch per kind (in `ns`, or everywhere) and its subscribers.
-pub fn start(client: &Client, ns: Option<&str>) -> Shared {
+/// Whether Flux's source objects can be watched: the API
+/// (`source.toolkit.fluxcd.io/v1`) is served and the manager may list both
+/// kinds (in `ns`, or everywhere). Otherwise a Flux source's new artifact is
+/// read at the interval; a manager started before Flux watches once
+/// restarted.
+pub async fn flux_watchable(client: &Client, ns: Option<&str>) -> Result<(), String> {
+    let served = kube::discovery::group(client, super::flux::GROUP)
+        .await
+        .is_ok_and(|g| g.versions().any(|v| v == super::flux::VERSION));
+    if !served {
+        return Err(format!("{} is not served", super::flux::GROUP));
+    }
+    let one = kube::api::ListParams::default().limit(1);
+    let git: Api<GitRepository> = api(client, ns);
+    let oci: Api<OCIRepository> = api(client, ns);
+    git.list_metadata(&one)
+        .await
+        .map_err(|e| format!("listing GitRepositories: {e}"))?;
+    oci.list_metadata(&one)
+        .await
+        .map_err(|e| format!("listing OCIRepositories: {e}"))?;
+    Ok(())
+}
+
+/// Sets up one watch per kind (in `ns`, or everywhere) and its subscribers;
+/// Flux's source objects too when `flux` (they are served).
+pub fn start(client: &Client, ns: Option<&str>, flux: bool) -> Shared {
     let mut watches = Vec::new();
     let cfg = watcher::Config::default;
     let w = &mut watches;
@@ -98,6 +166,17 @@ pub fn start(client: &Client, ns: Option<&str>) -> Shared {
     let ours = cfg().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
     let (jobs, [j1, j2]) = share(w, api(client, ns), ours, trim_job);
     let (config_maps, [c1, c2]) = share(w, api(client, ns), cfg(), trim);
+    let (flux, flux_subs) = if flux {
+        let (git, [g1, g2]) = share(w, api(client, ns), cfg(), trim);
+        let (oci, [o1, o2]) = share(w, api(client, ns), cfg(), trim);
+        (Some(FluxStores { git, oci }), Some(((g1, o1), (g2, o2))))
+    } else {
+        (None, None)
+    };
+    let (flux_schemas, flux_migrations) = match flux_subs {
+        Some((a, b)) => (Some(a), Some(b)),
+        None => (None, None),
+    };
     Shared {
         stores: Stores {
             schemas,
@@ -108,6 +187,7 @@ pub fn start(client: &Client, ns: Option<&str>) -> Shared {
             acknowledgments,
             jobs,
             config_maps,
+            flux,
         },
         schemas: Subscribers {
             resources: schema_sub,
@@ -115,6 +195,7 @@ pub fn start(client: &Client, ns: Option<&str>) -> Shared {
             jobs: j1,
             config_maps: c1,
             realms: r1,
+            flux: flux_schemas,
         },
         migrations: Subscribers {
             resources: migration_sub,
@@ -122,6 +203,7 @@ pub fn start(client: &Client, ns: Option<&str>) -> Shared {
             jobs: j2,
             config_maps: c2,
             realms: r2,
+            flux: flux_migrations,
         },
         acknowledgments: ack,
         watches,
@@ -142,6 +224,9 @@ impl Stores {
             self.jobs.wait_until_ready(),
             self.config_maps.wait_until_ready(),
         );
+        if let Some(flux) = &self.flux {
+            let _ = futures::join!(flux.git.wait_until_ready(), flux.oci.wait_until_ready());
+        }
     }
 }
 

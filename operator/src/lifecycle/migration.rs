@@ -800,9 +800,14 @@ impl Machine<'_> {
             self.fx.push(Effect::TakeSnapshot);
             return;
         }
-        // A source policy replaced: resolve again under it; the plan made
-        // under the old one retires.
-        self.input_changed(Reason::PolicyChanged, false);
+        // A source policy replaced, or Flux's new artifact: resolve again;
+        // the plan made under the old one retires.
+        let reason = if self.source_kind() == Some(SourceKind::Flux) {
+            Reason::PlanNoLongerCurrent
+        } else {
+            Reason::PolicyChanged
+        };
+        self.input_changed(reason, false);
     }
 
     fn verification_policy_changed(&mut self) {

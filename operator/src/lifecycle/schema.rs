@@ -64,6 +64,7 @@
 //! | AwaitingApproval → Applying (exact approval) | `awaiting_approval_goes_straight_to_applying` |
 //! | AwaitingApproval → Resolving (interval ended first) | `awaiting_approval_interval_ends_goes_resolving` |
 //! | AwaitingApproval → Observing (plan went stale) | `awaiting_approval_plan_stale_goes_observing` |
+//! | AwaitingApproval → Resolving (plan went stale: Flux has a new artifact to fetch) | `flux_new_artifact_retires_the_waiting_plan_and_resolves_again` |
 //! | Applying → VerifyingConvergence (Job ended, success) | `apply_job_succeeded_goes_verifying_convergence` |
 //! | Applying → VerifyingConvergence (Job ended, error) | `apply_job_error_goes_verifying_convergence`, `apply_job_failure_report_goes_verifying_convergence_never_failed` |
 //! | Applying → VerifyingConvergence (Job lost) | `apply_job_lost_goes_verifying_convergence` |

@@ -298,6 +298,33 @@ fn resolving_flux_oci_repository_under_a_policy_goes_verifying() {
 }
 
 #[test]
+fn flux_new_artifact_retires_the_waiting_plan_and_resolves_again() {
+    let mut s = schema("flux-git");
+    run(&mut s, Observation::Pass, 0);
+    run(
+        &mut s,
+        Observation::SourceResolved(support::flux_source(1, false)),
+        1,
+    );
+    let mut s = verdict(s, plan(1));
+    assert_eq!(phase(&s), Some(SchemaPhase::AwaitingApproval));
+    let fx = run(&mut s, Observation::SourceChanged, 5);
+    assert_eq!(phase(&s), Some(SchemaPhase::Resolving));
+    assert!(started(&fx, OperationType::Resolve));
+    assert!(
+        st(&s).plan.is_none(),
+        "the plan bound the old revision: it retires"
+    );
+    assert!(fx.iter().any(|e| matches!(
+        e,
+        Effect::RetirePlan {
+            reason: Reason::PlanNoLongerCurrent,
+            ..
+        }
+    )));
+}
+
+#[test]
 fn resolving_git_commit_goes_observing() {
     let mut s = schema("git");
     run(&mut s, Observation::Pass, 0);

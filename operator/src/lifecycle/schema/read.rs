@@ -66,18 +66,23 @@ impl Machine<'_> {
             self.fx.push(Effect::TakeSnapshot);
             return;
         }
-        // A source policy replaced: resolve again under it, and the plan made
-        // under the old one retires.
+        // A source policy replaced, or Flux's new artifact: resolve again,
+        // and the plan made under the old one retires.
+        let reason = if self.source_kind() == Some(SourceKind::Flux) {
+            Reason::PlanNoLongerCurrent
+        } else {
+            Reason::PolicyChanged
+        };
         match self.st.active_operation.as_ref() {
             Some(c) if c.type_ == OperationType::Apply && c.dispatch_started => {}
             Some(_) if self.proof_owed() => {}
             Some(c) if c.type_ == OperationType::Apply => {
                 self.drop_claim();
-                self.retire_plan(Reason::PolicyChanged);
+                self.retire_plan(reason);
                 self.settle(SchemaPhase::Pending, Reason::InputsChanged, "");
             }
             Some(_) => {
-                self.retire_plan(Reason::PolicyChanged);
+                self.retire_plan(reason);
                 self.discard_read();
             }
             None => {
@@ -87,7 +92,7 @@ impl Machine<'_> {
                 {
                     return;
                 }
-                self.retire_plan(Reason::PolicyChanged);
+                self.retire_plan(reason);
                 self.start_read();
             }
         }
