@@ -12,8 +12,8 @@
 //!   files; a new commit, once Flux has it, is read at once (the manager
 //!   watches the object; the interval is 10 minutes) and is a new plan bound
 //!   to the new revision, applied.
-//! * A migration from a `GitRepository` (PostgreSQL): the History and the
-//!   Apply read the snapshot; both versions applied.
+//! * A migration from a `GitRepository`, on PostgreSQL and MariaDB: the
+//!   History and the Apply read the snapshot; both versions applied.
 //! * Verdicts naming the object: a `GitRepository` that does not exist, one
 //!   that is not Ready, and one whose status names another digest than its
 //!   artifact has (the status altered while Flux is suspended).
@@ -220,6 +220,34 @@ async fn applied_plan(ns: &TestNamespace, s: &PtahSchema) -> anyhow::Result<Ptah
     Ok(ns.api::<PtahSchemaPlan>().get(&name).await?)
 }
 
+/// Waits until `name` is `InSync` at the revision of the Flux object `obj`,
+/// checks `status.source` names its artifact (snapshot holding only
+/// `schema.sql`) and that the applied plan is bound to Flux's revision;
+/// returns the applied plan.
+async fn converged_at(
+    ns: &TestNamespace,
+    operator: &Operator,
+    name: &str,
+    obj: &DynamicObject,
+) -> anyhow::Result<(PtahSchema, PtahSchemaPlan)> {
+    let revision = artifact(obj, "revision");
+    let s = operator
+        .until(ns, name, "InSync at Flux's revision", |s: &PtahSchema| {
+            in_sync_at(s, &revision)
+        })
+        .await?;
+    let src = source_of(s.status.as_ref().and_then(|st| st.source.as_ref()))?;
+    names_the_artifact(ns, src, obj, &["schema.sql"]).await?;
+    let plan = applied_plan(ns, &s).await?;
+    assert_eq!(plan.spec.source.kind, SourceKind::Flux);
+    assert_eq!(
+        plan.spec.source.flux_revision.as_deref(),
+        Some(revision.as_str())
+    );
+    assert_eq!(plan.spec.source.flux_object_uid, obj.metadata.uid);
+    Ok((s, plan))
+}
+
 async fn a_schema_follows_a_git_repository(engine: Engine) -> anyhow::Result<()> {
     let h = harness().await;
     conformance::flux::require(h)?;
@@ -243,49 +271,17 @@ async fn a_schema_follows_a_git_repository(engine: Engine) -> anyhow::Result<()>
         json!({"apply": "Always"}),
     )
     .await?;
-    let revision = artifact(&obj, "revision");
-    let s = operator
-        .until(
-            &ns,
-            "orders",
-            "InSync at Flux's revision",
-            |s: &PtahSchema| in_sync_at(s, &revision),
-        )
-        .await?;
-    let src = source_of(s.status.as_ref().and_then(|st| st.source.as_ref()))?;
-    names_the_artifact(&ns, src, &obj, &["schema.sql"]).await?;
+    converged_at(&ns, &operator, "orders", &obj).await?;
     assert_eq!(column_names(&db, "orders")?, ["id"]);
-    let plan = applied_plan(&ns, &s).await?;
-    assert_eq!(plan.spec.source.kind, SourceKind::Flux);
-    assert_eq!(
-        plan.spec.source.flux_revision.as_deref(),
-        Some(revision.as_str())
-    );
-    assert_eq!(plan.spec.source.flux_object_uid, obj.metadata.uid);
 
     // A new commit: Flux fetches it, a read is asked for, and the new
     // revision is planned and applied.
     let second = commit(&bare, &[("schema.sql", ORDERS_NOTE)], "a note")?;
     fetch_now(&git, "orders").await?;
     let obj = flux_ready_at(&git, "orders", &second).await?;
-    let revision = artifact(&obj, "revision");
     // The manager watches the GitRepository: no read request, no interval.
-    let s = operator
-        .until(
-            &ns,
-            "orders",
-            "InSync at the new revision",
-            |s: &PtahSchema| in_sync_at(s, &revision),
-        )
-        .await?;
-    let src = source_of(s.status.as_ref().and_then(|st| st.source.as_ref()))?;
-    names_the_artifact(&ns, src, &obj, &["schema.sql"]).await?;
+    converged_at(&ns, &operator, "orders", &obj).await?;
     assert_eq!(column_names(&db, "orders")?, ["id", "note"]);
-    let plan = applied_plan(&ns, &s).await?;
-    assert_eq!(
-        plan.spec.source.flux_revision.as_deref(),
-        Some(revision.as_str())
-    );
     operator.finish::<PtahSchema>(&ns).await
 }
 
@@ -301,13 +297,12 @@ async fn a_schema_from_a_flux_git_repository_on_mariadb_binds_flux_revision() ->
     a_schema_follows_a_git_repository(Engine::MariaDb).await
 }
 
-#[tokio::test]
-async fn a_migration_from_a_flux_git_repository_reads_and_runs_the_snapshot() -> anyhow::Result<()>
-{
+async fn a_migration_follows_a_git_repository(engine: Engine) -> anyhow::Result<()> {
     let h = harness().await;
     conformance::flux::require(h)?;
-    let ns = TestNamespace::for_operator(h, "flux-src", "migration").await?;
-    let db = TestDatabase::create(h, Engine::Postgres, ns.name())?;
+    let engine_name = engine.spec().to_lowercase();
+    let ns = TestNamespace::for_operator(h, "flux-mig", &engine_name).await?;
+    let db = TestDatabase::create(h, engine, ns.name())?;
     let ep = endpoints(h);
     let repo = conformance::testkit::unique("fluxmig");
     let bare = create_repo(&ep.root, &repo, false)?;
@@ -361,6 +356,18 @@ async fn a_migration_from_a_flux_git_repository_reads_and_runs_the_snapshot() ->
         Some(artifact(&obj, "revision").as_str())
     );
     operator.finish::<PtahMigration>(&ns).await
+}
+
+#[tokio::test]
+async fn a_migration_from_a_flux_git_repository_on_postgresql_runs_the_snapshot()
+-> anyhow::Result<()> {
+    a_migration_follows_a_git_repository(Engine::Postgres).await
+}
+
+#[tokio::test]
+async fn a_migration_from_a_flux_git_repository_on_mariadb_runs_the_snapshot() -> anyhow::Result<()>
+{
+    a_migration_follows_a_git_repository(Engine::MariaDb).await
 }
 
 /// The `ReconciliationFailed` condition of `s`: reason and message.
@@ -580,14 +587,8 @@ async fn a_flux_oci_repository_is_verified_by_the_operator_not_trusted() -> anyh
     )
     .await?;
 
-    let revision = artifact(&obj, "revision");
-    let s = operator
-        .until(&ns, "signed", "InSync, verified", |s: &PtahSchema| {
-            in_sync_at(s, &revision)
-        })
-        .await?;
+    let (s, plan) = converged_at(&ns, &operator, "signed", &obj).await?;
     let src = source_of(s.status.as_ref().and_then(|st| st.source.as_ref()))?;
-    names_the_artifact(&ns, src, &obj, &["schema.sql"]).await?;
     let verified = src
         .verification
         .as_ref()
@@ -598,12 +599,7 @@ async fn a_flux_oci_repository_is_verified_by_the_operator_not_trusted() -> anyh
         Some(signed.digest.as_str()),
         "Verify checked the manifest Flux named"
     );
-    let plan = applied_plan(&ns, &s).await?;
     assert!(plan.spec.source.signer_evidence_digest.is_some());
-    assert_eq!(
-        plan.spec.source.flux_revision.as_deref(),
-        Some(revision.as_str())
-    );
     assert_eq!(column_names(&db, "orders")?, ["id"]);
 
     let s = operator
