@@ -664,6 +664,12 @@ async fn unknown_outcome_held_until_acknowledged(
     test: &str,
     how: Unknown,
 ) -> anyhow::Result<()> {
+    // Its future holds a dozen migrations across awaits: on the heap, not
+    // on the test thread's 2 MiB stack, which a debug build overflows.
+    Box::pin(held_until_acknowledged(engine, test, how)).await
+}
+
+async fn held_until_acknowledged(engine: Engine, test: &str, how: Unknown) -> anyhow::Result<()> {
     use operator::api::annotations::UNRESOLVED_RUN;
     use operator::api::approval::PtahMigrationRunAcknowledgment;
     let scene = Scene::start(
