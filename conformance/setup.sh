@@ -25,6 +25,8 @@ say() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # tests).
 if [ "$part" != tools ]; then
 packages=(postgresql mariadb-server mariadb-client bubblewrap openssh-server openssh-client git curl gettext-base iproute2 python3)
+# The console's browser test: headless chromium through chromium-driver.
+[ "$command" = test ] && packages+=(chromium chromium-driver)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

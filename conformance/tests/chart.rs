@@ -303,3 +303,55 @@ fn the_manager_pod_is_restricted_and_its_images_are_digests() -> anyhow::Result<
     assert!(args.contains(&"--token-key-file=/etc/ptah/keys/token.key"));
     Ok(())
 }
+
+#[test]
+fn the_console_is_off_by_default_and_holds_no_credentials_or_role() -> anyhow::Result<()> {
+    let off = chart::documents(&chart::template(&[])?)?;
+    assert!(
+        chart::find(&off, "Deployment", "ptah-operator-console").is_err(),
+        "the console is off by default"
+    );
+    let docs = chart::documents(&chart::template(&["--set", "console.enabled=true"])?)?;
+    let sa = chart::find(&docs, "ServiceAccount", "ptah-operator-console")?;
+    assert_eq!(sa["automountServiceAccountToken"], false);
+    let d = chart::find(&docs, "Deployment", "ptah-operator-console")?;
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "ptah-operator-console");
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let c = &pod["containers"][0];
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert!(c["image"].as_str().is_some_and(|i| i.contains("@sha256:")));
+    // Only the cluster's CA is mounted: no Secret, no token.
+    let volumes = pod["volumes"].as_array().context("volumes")?;
+    assert!(
+        volumes
+            .iter()
+            .all(|v| v["configMap"]["name"] == "kube-root-ca.crt"),
+        "{volumes:?}"
+    );
+    // No binding names its ServiceAccount: it may do nothing of its own.
+    for b in docs
+        .iter()
+        .filter(|d| d["kind"] == "RoleBinding" || d["kind"] == "ClusterRoleBinding")
+    {
+        for s in b["subjects"].as_array().into_iter().flatten() {
+            assert_ne!(s["name"], "ptah-operator-console", "{b}");
+        }
+    }
+    // Its Pods are not the manager's: no manager selector takes them.
+    let labels = &d["spec"]["template"]["metadata"]["labels"];
+    let manager = chart::find(&docs, "Deployment", "ptah-operator")?;
+    let selector = manager["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .context("the manager's selector")?;
+    assert!(
+        selector.iter().any(|(k, v)| &labels[k] != v),
+        "the manager's selector {selector:?} takes the console's Pods ({labels})"
+    );
+    // The install guide says so.
+    let guide = std::fs::read_to_string(tools::workspace_root().join("docs/install.md"))?;
+    assert!(guide.contains("| console | — | — | none |"));
+    Ok(())
+}

@@ -18,11 +18,11 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use conformance::harness::Harness;
 use conformance::testkit::admission::client_as;
-use conformance::testkit::chart;
+use conformance::testkit::chart::{self, Installed};
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
 use conformance::testkit::manager::{Manager, ManagerSpec};
@@ -34,59 +34,6 @@ use operator::api::{PtahSchema, PtahSchemaApproval};
 
 async fn harness() -> &'static Harness {
     conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await
-}
-
-/// The chart's documents of `kinds`, rendered as release `ptah-operator-<ns>`
-/// into `ns`, and removed (cluster-scoped ones too) when dropped.
-struct Installed {
-    harness: &'static Harness,
-    docs: Vec<Value>,
-    release: String,
-}
-
-impl Installed {
-    async fn apply(ns: &TestNamespace, kinds: &[&str], extra: &[&str]) -> anyhow::Result<Self> {
-        // The release name holds the chart's, so its objects keep it as is.
-        let release = format!(
-            "ptah-operator-{}",
-            ns.name().rsplit('-').next().unwrap_or("x")
-        );
-        let rendered = chart::template_as(&release, ns.name(), extra)?;
-        let docs: Vec<Value> = chart::documents(&rendered)?
-            .into_iter()
-            .filter(|d| kinds.contains(&d["kind"].as_str().unwrap_or_default()))
-            .collect();
-        let installed = Installed {
-            harness: ns.harness(),
-            docs,
-            release,
-        };
-        chart::apply(ns.client(), &installed.docs).await?;
-        Ok(installed)
-    }
-
-    fn service_account(&self) -> String {
-        self.release.clone()
-    }
-
-    async fn remove(&self, kinds: &[&str]) -> anyhow::Result<()> {
-        let docs: Vec<Value> = self
-            .docs
-            .iter()
-            .filter(|d| kinds.contains(&d["kind"].as_str().unwrap_or_default()))
-            .cloned()
-            .collect();
-        chart::delete(&self.harness.client().await?, &docs).await
-    }
-}
-
-impl Drop for Installed {
-    fn drop(&mut self) {
-        let (harness, docs) = (self.harness, self.docs.clone());
-        conformance::testkit::clean_up(move || async move {
-            chart::delete(&harness.client().await?, &docs).await
-        });
-    }
 }
 
 const RBAC: [&str; 5] = [

@@ -4,13 +4,12 @@ use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
-use operator::api::{PtahMigration, PtahSchema};
+use kube::{Client, Config};
 
 use crate::follow::{self, For, parse_timeout};
 use crate::output::{self, Format};
 use crate::plan::Which;
-use crate::resource::{Kind, Resource, Target, get};
+use crate::resource::{self, Kind, Target, get};
 use crate::{Failure, approve, history, plan, preview, refresh, set_source, stages, trace};
 
 const EXAMPLES: &str = "\
@@ -432,16 +431,9 @@ async fn show_or_list(
         return output::print(g.output, &stages::overview(&r), stages::render);
     }
     let scope = (!show.all_namespaces).then_some(ns);
-    let list = match kind {
-        Kind::Schema => list_of(client, scope, |s: PtahSchema| Resource::Schema(Box::new(s))).await,
-        Kind::Migration => {
-            list_of(client, scope, |m: PtahMigration| {
-                Resource::Migration(Box::new(m))
-            })
-            .await
-        }
-    }
-    .map_err(|e| Failure::api(format!("listing {}s", kind.api_kind()), e))?;
+    let list = resource::list(client, kind, scope)
+        .await
+        .map_err(|e| Failure::api(format!("listing {}s", kind.api_kind()), e))?;
     let views: Vec<stages::Overview> = list.iter().map(stages::overview).collect();
     output::print(g.output, &views, |views| {
         let header = ["NAMESPACE", "NAME", "PHASE", "REASON", "REVISION"].map(String::from);
@@ -464,30 +456,4 @@ async fn show_or_list(
             .collect();
         output::table(&header, &rows)
     })
-}
-
-/// Every `K` in `namespace` (all namespaces when `None`), as resources.
-async fn list_of<K>(
-    client: &Client,
-    namespace: Option<&str>,
-    wrap: fn(K) -> Resource,
-) -> Result<Vec<Resource>, kube::Error>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let api: Api<K> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    Ok(api
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .map(wrap)
-        .collect())
 }

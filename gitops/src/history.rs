@@ -86,17 +86,9 @@ fn detail(e: &JournalEntry) -> String {
     d.join("; ")
 }
 
-pub fn render(v: &HistoryView) -> String {
-    let mut out = format!(
-        "Journal of {} {}/{}: complete since {}\n",
-        v.kind,
-        v.namespace,
-        v.name,
-        v.covered_since.as_deref().unwrap_or("(no entries yet)")
-    );
-    let header = ["TIME", "TYPE", "PLAN", "OUTCOME", "REASON", "DETAIL"].map(String::from);
-    let rows: Vec<[String; 6]> = v
-        .entries
+/// The journal's entries as rows: time, type, plan, outcome, reason, detail.
+pub fn rows(v: &HistoryView) -> Vec<[String; 6]> {
+    v.entries
         .iter()
         .map(|e| {
             [
@@ -108,7 +100,18 @@ pub fn render(v: &HistoryView) -> String {
                 detail(e),
             ]
         })
-        .collect();
-    out.push_str(&crate::output::table(&header, &rows));
+        .collect()
+}
+
+pub fn render(v: &HistoryView) -> String {
+    let mut out = format!(
+        "Journal of {} {}/{}: complete since {}\n",
+        v.kind,
+        v.namespace,
+        v.name,
+        v.covered_since.as_deref().unwrap_or("(no entries yet)")
+    );
+    let header = ["TIME", "TYPE", "PLAN", "OUTCOME", "REASON", "DETAIL"].map(String::from);
+    out.push_str(&crate::output::table(&header, &rows(v)));
     out
 }

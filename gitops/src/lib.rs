@@ -1,5 +1,6 @@
 //! The user's side of every stage: the `kubectl ptah` plugin (schema,
-//! migration, plan, approve, wait, refresh, set-source, history, trace) and the
+//! migration, plan, approve, wait, refresh, set-source, history, trace), the
+//! web console (`ptah-console`) and the
 //! health rules that let Flux and Argo CD read a PtahSchema or PtahMigration
 //! (`gitops/argocd/`).
 //!
@@ -11,6 +12,7 @@
 
 pub mod approve;
 pub mod cli;
+pub mod console;
 pub mod follow;
 pub mod history;
 pub mod output;
@@ -44,6 +46,8 @@ pub mod exit {
 pub struct Failure {
     pub code: i32,
     pub message: String,
+    /// The API server's HTTP status, when the failure is its answer.
+    pub status: Option<u16>,
 }
 
 impl Failure {
@@ -51,6 +55,7 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
+            status: None,
         }
     }
 
@@ -69,6 +74,10 @@ impl Failure {
     /// An API error while doing `what`: the server's own message, which
     /// names the object and the rule (admission refusals included).
     pub fn api(what: impl std::fmt::Display, e: kube::Error) -> Self {
+        let status = match &e {
+            kube::Error::Api(s) => Some(s.code),
+            _ => None,
+        };
         let detail = match &e {
             kube::Error::Api(status) => status.message.clone(),
             // A manager newer than this plugin may write a reason or field
@@ -80,7 +89,10 @@ impl Failure {
             ),
             other => other.to_string(),
         };
-        Failure::error(format!("{what}: {detail}"))
+        Failure {
+            status,
+            ..Failure::error(format!("{what}: {detail}"))
+        }
     }
 }
 

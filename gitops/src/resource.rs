@@ -323,6 +323,20 @@ impl Resource {
         }
     }
 
+    /// A migration's unresolved run: its operation ID and outcome, which an
+    /// acknowledgment names.
+    pub fn unresolved_run(&self) -> Option<(String, String)> {
+        match self {
+            Resource::Schema(_) => None,
+            Resource::Migration(m) => m
+                .status
+                .as_ref()?
+                .unresolved_run
+                .as_ref()
+                .map(|u| (u.operation_id.clone(), spelled(&u.outcome))),
+        }
+    }
+
     /// The OCI reference `spec.source.oci.ociRef` names, if the source is OCI.
     pub fn oci_ref(&self) -> Option<String> {
         match self {
@@ -418,6 +432,54 @@ pub async fn missing(client: &Client, namespace: &str, target: &Target) -> Failu
         target.kind.api_kind(),
         target.name
     ))
+}
+
+/// Every `K` in `namespace` (all namespaces when `None`), as resources.
+async fn list_of<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    wrap: fn(K) -> Resource,
+) -> Result<Vec<Resource>, kube::Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    Ok(api
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .map(wrap)
+        .collect())
+}
+
+/// Every resource of `kind` in `namespace` (all namespaces when `None`).
+pub async fn list(
+    client: &Client,
+    kind: Kind,
+    namespace: Option<&str>,
+) -> Result<Vec<Resource>, kube::Error> {
+    match kind {
+        Kind::Schema => {
+            list_of(client, namespace, |s: PtahSchema| {
+                Resource::Schema(Box::new(s))
+            })
+            .await
+        }
+        Kind::Migration => {
+            list_of(client, namespace, |m: PtahMigration| {
+                Resource::Migration(Box::new(m))
+            })
+            .await
+        }
+    }
 }
 
 #[cfg(test)]

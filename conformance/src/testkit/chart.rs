@@ -112,14 +112,13 @@ pub async fn delete(client: &kube::Client, docs: &[Value]) -> anyhow::Result<()>
     Ok(())
 }
 
-/// A kubeconfig at `path` for the ServiceAccount `sa` of `namespace`: the
-/// harness's cluster and a token of an hour from the TokenRequest API.
-pub async fn service_account_kubeconfig(
+/// A token of an hour for the ServiceAccount `sa` of `namespace`, from the
+/// TokenRequest API.
+pub async fn service_account_token(
     harness: &crate::harness::Harness,
     namespace: &str,
     sa: &str,
-    path: &std::path::Path,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<String> {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
     let client = harness.client().await?;
@@ -131,13 +130,23 @@ pub async fn service_account_kubeconfig(
         }),
         ..Default::default()
     };
-    let token = api
-        .create_token_request(sa, &Default::default(), &request)
+    api.create_token_request(sa, &Default::default(), &request)
         .await
         .with_context(|| format!("a token of ServiceAccount {namespace}/{sa}"))?
         .status
         .and_then(|st| st.token)
-        .context("the TokenRequest's status.token")?;
+        .context("the TokenRequest's status.token")
+}
+
+/// A kubeconfig at `path` for the ServiceAccount `sa` of `namespace`: the
+/// harness's cluster and a token of an hour from the TokenRequest API.
+pub async fn service_account_kubeconfig(
+    harness: &crate::harness::Harness,
+    namespace: &str,
+    sa: &str,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let token = service_account_token(harness, namespace, sa).await?;
     let mut kc = kube::config::Kubeconfig::read_from(harness.kubeconfig())?;
     for auth in &mut kc.auth_infos {
         auth.auth_info = Some(kube::config::AuthInfo {
@@ -188,6 +197,63 @@ pub fn masked(rendered: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
         + "\n"
+}
+
+/// The chart's documents of `kinds`, rendered as release `ptah-operator-<ns>`
+/// into `ns`, and removed (cluster-scoped ones too) when dropped.
+pub struct Installed {
+    harness: &'static crate::harness::Harness,
+    docs: Vec<Value>,
+    release: String,
+}
+
+impl Installed {
+    pub async fn apply(
+        ns: &crate::testkit::namespace::TestNamespace,
+        kinds: &[&str],
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        // The release name holds the chart's, so its objects keep it as is.
+        let release = format!(
+            "ptah-operator-{}",
+            ns.name().rsplit('-').next().unwrap_or("x")
+        );
+        let rendered = template_as(&release, ns.name(), extra)?;
+        let docs: Vec<Value> = documents(&rendered)?
+            .into_iter()
+            .filter(|d| kinds.contains(&d["kind"].as_str().unwrap_or_default()))
+            .collect();
+        let installed = Installed {
+            harness: ns.harness(),
+            docs,
+            release,
+        };
+        apply(ns.client(), &installed.docs).await?;
+        Ok(installed)
+    }
+
+    pub fn service_account(&self) -> String {
+        self.release.clone()
+    }
+
+    pub async fn remove(&self, kinds: &[&str]) -> anyhow::Result<()> {
+        let docs: Vec<Value> = self
+            .docs
+            .iter()
+            .filter(|d| kinds.contains(&d["kind"].as_str().unwrap_or_default()))
+            .cloned()
+            .collect();
+        delete(&self.harness.client().await?, &docs).await
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let (harness, docs) = (self.harness, self.docs.clone());
+        crate::testkit::clean_up(
+            move || async move { delete(&harness.client().await?, &docs).await },
+        );
+    }
 }
 
 #[cfg(test)]
