@@ -11,6 +11,8 @@
 //! * A viewer who may only read sees no approve button, and the approve form
 //!   posted with their own session and CSRF token is refused with 403:
 //!   nothing is created.
+//! * The change path is drawn from the harness's Jaeger, and a migration's
+//!   page shows its stages and journal.
 //! * Security: a POST without the session's CSRF token, or from another
 //!   origin, is refused (403) and creates nothing; every response carries
 //!   the Content-Security-Policy; the token is in no URL the browser visited
@@ -18,7 +20,6 @@
 //!
 //! Screenshots are saved under `<target>/console-screenshots/`.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -34,13 +35,14 @@ use conformance::harness::Harness;
 use conformance::testkit::chart::service_account_token;
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor;
+use conformance::testkit::manager::free_port;
 use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::operator::Operator;
 use conformance::testkit::wait::Patience;
 use gitops::console::CONTENT_SECURITY_POLICY;
 use operator::admission::webhook_configurations;
 use operator::api::condition::SchemaPhase;
-use operator::api::{PtahSchema, PtahSchemaApproval};
+use operator::api::{PtahMigration, PtahSchema, PtahSchemaApproval};
 
 async fn harness() -> &'static Harness {
     conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await
@@ -58,14 +60,10 @@ impl Drop for Running {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// `ptah-console` on a free port, with the harness's API server (its
-/// address and CA; the console drops the kubeconfig's credentials), logging
-/// to `log`.
-fn start_console(h: &Harness, log: &Path) -> anyhow::Result<(Running, String)> {
+/// address and CA; the console drops the kubeconfig's credentials) and its
+/// Jaeger, logging to `log`.
+fn start_console(h: &Harness, log: &Path, traces_url: &str) -> anyhow::Result<(Running, String)> {
     let exe = h.target_dir.join("ptah-console");
     anyhow::ensure!(
         exe.is_file(),
@@ -79,6 +77,8 @@ fn start_console(h: &Harness, log: &Path) -> anyhow::Result<(Running, String)> {
             "--listen",
             &format!("127.0.0.1:{port}"),
             "--insecure-cookie",
+            "--traces-url",
+            traces_url,
         ])
         .env("KUBECONFIG", h.kubeconfig())
         .env("RUST_LOG", "debug")
@@ -162,7 +162,7 @@ async fn person(
 fn reading() -> serde_json::Value {
     json!({
         "apiGroups": ["operator.ptah.run"],
-        "resources": ["ptahschemas", "ptahschemaplans", "ptahschemaplanchunks"],
+        "resources": ["ptahschemas", "ptahschemaplans", "ptahschemaplanchunks", "ptahmigrations", "ptahmigrationplans"],
         "verbs": ["get", "list", "watch"],
     })
 }
@@ -257,6 +257,8 @@ async fn a_reviewer_approves_in_the_browser_and_a_viewer_is_refused() -> anyhow:
     let operator = Operator::start(&ns, webhook_configurations).await?;
     executor::schema_under(&ns, &db, "orders", json!({"apply": "OnApproval"})).await?;
     executor::schema_under(&ns, &other, "customers", json!({"apply": "OnApproval"})).await?;
+    let third = TestDatabase::create(h, Engine::Postgres, &format!("{}-c", ns.name()))?;
+    executor::migration(&ns, &third, "shop").await?;
     until_phase(&ns, "orders", SchemaPhase::AwaitingApproval).await?;
     until_phase(&ns, "customers", SchemaPhase::AwaitingApproval).await?;
 
@@ -268,7 +270,7 @@ async fn a_reviewer_approves_in_the_browser_and_a_viewer_is_refused() -> anyhow:
 
     let work = tempfile::tempdir()?;
     let log = work.path().join("console.log");
-    let (_console, base) = start_console(h, &log)?;
+    let (_console, base) = start_console(h, &log, &h.traces_url()?)?;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()?;
@@ -340,6 +342,40 @@ async fn a_reviewer_approves_in_the_browser_and_a_viewer_is_refused() -> anyhow:
         .await
         .with_context(|| operator.log())?;
     screenshot(&browser, &shots, "in-sync").await?;
+    browser.find(Locator::Css("img.trace")).await?;
+
+    // The change path, drawn from Jaeger once the change's spans are there.
+    let as_reviewer = session(&http, &base, &reviewer).await?;
+    let drawn = Patience::new(Duration::from_secs(90), Duration::from_secs(2))
+        .poll("the change path drawn", || async {
+            let svg = http
+                .get(format!("{base}/{}/schema/orders/trace.svg", ns.name()))
+                .header("cookie", &as_reviewer)
+                .send()
+                .await?
+                .text()
+                .await?;
+            Ok((svg.contains("Decision") && svg.contains("Execution")).then_some(svg))
+        })
+        .await?;
+    assert!(drawn.starts_with("<svg"), "{drawn}");
+
+    // A migration's page: its stages and journal.
+    let shop = format!("{base}/{}/migration/shop", ns.name());
+    Patience::new(Duration::from_secs(120), Duration::from_secs(2))
+        .poll("the migration's page to show InSync", || async {
+            browser.goto(&shop).await?;
+            Ok((text_of(&browser, "#phase").await? == "InSync").then_some(()))
+        })
+        .await
+        .with_context(|| operator.log())?;
+    let journal = browser
+        .find_all(Locator::Css("table.journal tbody tr"))
+        .await?;
+    assert!(!journal.is_empty(), "the migration's journal");
+    let stages = text_of(&browser, "ol.stages").await?;
+    assert!(stages.contains("History"), "{stages}");
+    screenshot(&browser, &shots, "migration").await?;
     let approval = ns
         .api::<PtahSchemaApproval>()
         .list(&Default::default())
@@ -416,7 +452,6 @@ async fn a_reviewer_approves_in_the_browser_and_a_viewer_is_refused() -> anyhow:
 
     // CSRF: the reviewer's own session, without the token, with another
     // session's, and from another origin.
-    let as_reviewer = session(&http, &base, &reviewer).await?;
     for (what, csrf, origin) in [
         ("no CSRF token", String::new(), None),
         ("the viewer's CSRF token", csrf.clone(), None),
@@ -486,5 +521,6 @@ async fn a_reviewer_approves_in_the_browser_and_a_viewer_is_refused() -> anyhow:
         "the reviewer's token in the log"
     );
     assert!(!logged.contains(&viewer), "the viewer's token in the log");
+    ns.delete_all::<PtahMigration>(&PATIENCE).await?;
     operator.finish::<PtahSchema>(&ns).await
 }

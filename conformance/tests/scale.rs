@@ -229,10 +229,12 @@ async fn first_seen(
     done: impl Fn(&PtahSchema) -> bool,
 ) -> anyhow::Result<BTreeMap<String, u64>> {
     let seen = std::cell::RefCell::new(BTreeMap::new());
+    // Progress: a line at each tenth of `names` reached.
+    let tenths = std::cell::Cell::new(0);
     let patience = Patience::new(shape.patience, shape.every);
     let result = patience
         .poll(what, || {
-            let (seen, done) = (&seen, &done);
+            let (seen, done, tenths) = (&seen, &done, &tenths);
             async move {
                 let listed = ns.api::<PtahSchema>().list(&Default::default()).await?;
                 let mut seen = seen.borrow_mut();
@@ -241,6 +243,16 @@ async fn first_seen(
                     if names.contains(&name) && !seen.contains_key(&name) && done(&s) {
                         seen.insert(name, t0.elapsed().as_millis() as u64);
                     }
+                }
+                let now = seen.len() * 10 / names.len().max(1);
+                if now > tenths.get() {
+                    tenths.set(now);
+                    eprintln!(
+                        "scale: {what}: {} of {} after {:.0} s",
+                        seen.len(),
+                        names.len(),
+                        t0.elapsed().as_secs_f64()
+                    );
                 }
                 anyhow::Ok((seen.len() == names.len()).then_some(()))
             }
@@ -336,6 +348,18 @@ async fn scale(harness: &'static Harness, label: &str, shape: &Shape) -> anyhow:
     let cold = sample(&manager)?;
     let created = job_creates(&events_since(harness, start_offset, ns.name())?);
     let (cold_created, cold_jobs) = (created.len(), needed(&created, &cold_ms, t0_wall));
+    // A run of 1,000 idles for an hour from here: what the cold start
+    // measured, at once.
+    let cold_s = cold_ms.values().max().copied().unwrap_or(0) as f64 / 1000.0;
+    let floor_s = cold_jobs.len() as f64 * burst_ms as f64 / shape.burst as f64 / 1000.0;
+    eprintln!(
+        "scale: every schema InSync after {cold_s:.1} s; {} Jobs needed ({cold_created} created), floor {floor_s:.1} s ({:.2}x); manager VmRSS {:.1} MiB, VmHWM {:.1} MiB, {:.1} CPU s; idle for three intervals now",
+        cold_jobs.len(),
+        cold_s / floor_s,
+        mib(cold.memory.rss),
+        mib(cold.memory.hwm),
+        cold.cpu_s
+    );
 
     // Idle: three intervals.
     tokio::time::sleep(Duration::from_secs(5)).await;
