@@ -248,11 +248,10 @@ async fn converged_at(
     Ok((s, plan))
 }
 
-async fn a_schema_follows_a_git_repository(engine: Engine) -> anyhow::Result<()> {
+async fn a_schema_follows_a_git_repository(engine: Engine, label: &str) -> anyhow::Result<()> {
     let h = harness().await;
     conformance::flux::require(h)?;
-    let engine_name = engine.spec().to_lowercase();
-    let ns = TestNamespace::for_operator(h, "flux-src", &engine_name).await?;
+    let ns = TestNamespace::for_operator(h, "flux-src", label).await?;
     let db = TestDatabase::create(h, engine, ns.name())?;
     let ep = endpoints(h);
     let repo = conformance::testkit::unique("fluxsrc");
@@ -285,23 +284,16 @@ async fn a_schema_follows_a_git_repository(engine: Engine) -> anyhow::Result<()>
     operator.finish::<PtahSchema>(&ns).await
 }
 
-#[tokio::test]
-async fn a_schema_from_a_flux_git_repository_on_postgresql_binds_flux_revision()
--> anyhow::Result<()> {
-    a_schema_follows_a_git_repository(Engine::Postgres).await
-}
+conformance::on_both_engines!(
+    a_schema_from_a_flux_git_repository_binds_flux_revision,
+    "schema",
+    a_schema_follows_a_git_repository
+);
 
-#[tokio::test]
-async fn a_schema_from_a_flux_git_repository_on_mariadb_binds_flux_revision() -> anyhow::Result<()>
-{
-    a_schema_follows_a_git_repository(Engine::MariaDb).await
-}
-
-async fn a_migration_follows_a_git_repository(engine: Engine) -> anyhow::Result<()> {
+async fn a_migration_follows_a_git_repository(engine: Engine, label: &str) -> anyhow::Result<()> {
     let h = harness().await;
     conformance::flux::require(h)?;
-    let engine_name = engine.spec().to_lowercase();
-    let ns = TestNamespace::for_operator(h, "flux-mig", &engine_name).await?;
+    let ns = TestNamespace::for_operator(h, "flux-mig", label).await?;
     let db = TestDatabase::create(h, engine, ns.name())?;
     let ep = endpoints(h);
     let repo = conformance::testkit::unique("fluxmig");
@@ -358,17 +350,11 @@ async fn a_migration_follows_a_git_repository(engine: Engine) -> anyhow::Result<
     operator.finish::<PtahMigration>(&ns).await
 }
 
-#[tokio::test]
-async fn a_migration_from_a_flux_git_repository_on_postgresql_runs_the_snapshot()
--> anyhow::Result<()> {
-    a_migration_follows_a_git_repository(Engine::Postgres).await
-}
-
-#[tokio::test]
-async fn a_migration_from_a_flux_git_repository_on_mariadb_runs_the_snapshot() -> anyhow::Result<()>
-{
-    a_migration_follows_a_git_repository(Engine::MariaDb).await
-}
+conformance::on_both_engines!(
+    a_migration_from_a_flux_git_repository_runs_the_snapshot,
+    "migration",
+    a_migration_follows_a_git_repository
+);
 
 /// The `ReconciliationFailed` condition of `s`: reason and message.
 fn failure(s: &PtahSchema) -> Option<(Reason, String)> {
