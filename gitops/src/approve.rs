@@ -93,10 +93,7 @@ pub async fn create(
     let ns = r.namespace();
     let value = approval_object(r, plan, source);
     let pp = PostParams::default();
-    let plural = match r {
-        Resource::Schema(_) => "ptahschemaapprovals",
-        Resource::Migration(_) => "ptahmigrationapprovals",
-    };
+    let plural = r.kind().approvals_plural();
     let kind = value["kind"].as_str().unwrap_or_default().to_string();
     let gvk = GroupVersionKind::gvk(operator::api::GROUP, operator::api::VERSION, &kind);
     let api: Api<DynamicObject> = Api::namespaced_with(

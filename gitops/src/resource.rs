@@ -32,6 +32,22 @@ impl Kind {
         }
     }
 
+    /// The kind's plural, as RBAC and the API paths spell it.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Schema => "ptahschemas",
+            Kind::Migration => "ptahmigrations",
+        }
+    }
+
+    /// The plural of the kind's approvals.
+    pub fn approvals_plural(self) -> &'static str {
+        match self {
+            Kind::Schema => "ptahschemaapprovals",
+            Kind::Migration => "ptahmigrationapprovals",
+        }
+    }
+
     /// The short word the verbs take: `schema`, `migration`.
     pub fn word(self) -> &'static str {
         match self {

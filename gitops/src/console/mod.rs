@@ -234,24 +234,8 @@ async fn may(client: &Client, namespace: &str, verb: &str, resource: &str) -> bo
         .is_some_and(|s| s.allowed)
 }
 
-/// The approvals' plural of `kind`.
-fn approvals(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Schema => "ptahschemaapprovals",
-        Kind::Migration => "ptahmigrationapprovals",
-    }
-}
-
 /// The acknowledgments' plural.
 const ACKNOWLEDGMENTS: &str = "ptahmigrationrunacknowledgments";
-
-/// The resources' plural of `kind`.
-fn plural(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Schema => "ptahschemas",
-        Kind::Migration => "ptahmigrations",
-    }
-}
 
 /// The HTTP status a verb's failure is sent under.
 fn status_of(f: &Failure) -> StatusCode {
@@ -599,7 +583,7 @@ async fn resource_page(
     };
     let approve = match (approve::approvable(&r), &plan) {
         (Ok((plan, uid, fingerprint)), Some(Ok(_)))
-            if may(&client, &namespace, "create", approvals(r.kind())).await =>
+            if may(&client, &namespace, "create", r.kind().approvals_plural()).await =>
         {
             Some(ApproveForm {
                 plan,
@@ -620,7 +604,7 @@ async fn resource_page(
         }
         _ => None,
     };
-    let can_request_read = may(&client, &namespace, "patch", plural(r.kind())).await;
+    let can_request_read = may(&client, &namespace, "patch", r.kind().plural()).await;
     let history = history::view(&r);
     let notice = match (notice.approval, notice.acknowledgment, notice.read) {
         (Some(a), ..) => Some(format!(
@@ -675,7 +659,7 @@ async fn approve_plan(
     if let Err(r) = a
         .may(
             "create",
-            approvals(a.target.kind),
+            a.target.kind.approvals_plural(),
             kinds,
             "approved nothing",
         )
@@ -727,7 +711,7 @@ async fn request_read(
     if let Err(r) = a
         .may(
             "patch",
-            plural(a.target.kind),
+            a.target.kind.plural(),
             &kinds,
             "no read was requested",
         )
