@@ -9,11 +9,11 @@
 //! finds it cached at the new resourceVersion reads nothing).
 
 use std::collections::BTreeMap;
-use std::io::{Read, Seek, SeekFrom};
 use std::time::Duration;
 
 use anyhow::Context;
 use conformance::harness::Harness;
+use conformance::testkit::audit::{self, events_since};
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor::SCHEMA_SQL;
 use conformance::testkit::manager::{Manager, ManagerSpec};
@@ -41,24 +41,6 @@ const CACHED: [&str; 6] = [
     "ptahmigrationapprovals",
     "ptahmigrationrunacknowledgments",
 ];
-
-/// The audit events from `offset` on of the manager whose holder is
-/// `test-<ns>`.
-fn events_since(harness: &Harness, offset: u64, ns: &str) -> anyhow::Result<Vec<Value>> {
-    let mut f = std::fs::File::open(harness.audit_log()).context("the audit log")?;
-    f.seek(SeekFrom::Start(offset))?;
-    let mut text = String::new();
-    f.read_to_string(&mut text)?;
-    let agent = format!("(test-{ns})");
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let e: Value = serde_json::from_str(line).context("an audit event")?;
-        if e["userAgent"].as_str().is_some_and(|a| a.ends_with(&agent)) {
-            out.push(e);
-        }
-    }
-    Ok(out)
-}
 
 fn verb_and_resource(e: &Value) -> (String, String, String) {
     let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
@@ -129,7 +111,7 @@ async fn in_sync_schemas_pass_on_their_caches_without_listing_or_reading_the_kin
     let (manager, dbs) = in_sync(&ns, SCHEMAS, "1h", &CONVERGE).await?;
     // Let the passes that harvested the last Plans end.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let offset = std::fs::metadata(ns.harness().audit_log())?.len();
+    let offset = audit::offset(ns.harness())?;
 
     let log_offset = manager.log().len();
     ns.set_config_map_key("schema", "note", "second").await?;
@@ -193,7 +175,7 @@ async fn in_sync_schemas_pass_on_their_caches_without_listing_or_reading_the_kin
 /// with no claim.
 async fn read_cycle(
     ns: &TestNamespace,
-    offset: u64,
+    offset: audit::Mark,
     n: usize,
     patience: &Patience,
 ) -> anyhow::Result<()> {
@@ -235,7 +217,7 @@ async fn an_idle_read_cycle_writes_claims_jobs_and_the_plans_lease_and_stores_no
     let (manager, dbs) = in_sync(&ns, N, "1m", &CONVERGE).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let harness = ns.harness();
-    let offset = std::fs::metadata(harness.audit_log())?.len();
+    let offset = audit::offset(harness)?;
     let cycle = Patience::new(Duration::from_secs(300), Duration::from_secs(1));
     read_cycle(&ns, offset, N, &cycle)
         .await
@@ -328,7 +310,7 @@ async fn bench_idle_schemas() -> anyhow::Result<()> {
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
     let harness = ns.harness();
-    let offset = std::fs::metadata(harness.audit_log())?.len();
+    let offset = audit::offset(harness)?;
     let log_offset = manager.log().len();
     let window = std::time::Instant::now();
     read_cycle(&ns, offset, n, &long)

@@ -79,7 +79,11 @@ fn preview(
 
 /// What the audit log shows was created in the namespace since `offset`:
 /// (resource, name).
-fn created(harness: &Harness, offset: u64, ns: &str) -> anyhow::Result<Vec<(String, String)>> {
+fn created(
+    harness: &Harness,
+    offset: audit::Mark,
+    ns: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
     Ok(audit::events_in(harness, offset, ns)?
         .iter()
         .map(audit::verb_and_resource)
@@ -90,7 +94,11 @@ fn created(harness: &Harness, offset: u64, ns: &str) -> anyhow::Result<Vec<(Stri
 
 /// The previews' ConfigMaps were created, and nothing else a plan or a
 /// decision is made of; and they are gone.
-async fn nothing_stored(ns: &TestNamespace, offset: u64, previews: usize) -> anyhow::Result<()> {
+async fn nothing_stored(
+    ns: &TestNamespace,
+    offset: audit::Mark,
+    previews: usize,
+) -> anyhow::Result<()> {
     let made = created(ns.harness(), offset, ns.name())?;
     let config_maps: Vec<&String> = made
         .iter()

@@ -107,6 +107,10 @@ struct Args {
     /// How long a harvested Job is kept, in seconds.
     #[arg(long, default_value_t = 300)]
     harvested_ttl_seconds: i32,
+    /// How many passes of each family run at once. Bounded so that a cold
+    /// start of many resources does not hold a pass in memory for each.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    max_concurrent_reconciles: u16,
     /// Test-only: exit with code 86 right after this durable write.
     #[arg(long, value_enum, hide = true)]
     fault_point: Option<FaultPoint>,
@@ -262,6 +266,7 @@ async fn main() -> anyhow::Result<()> {
         lease_duration_seconds: args.lease_duration_seconds,
         execution,
         harvested_ttl_seconds: args.harvested_ttl_seconds,
+        max_concurrent_reconciles: args.max_concurrent_reconciles,
         fault_point: args.fault_point,
         fault_operation: args.fault_operation,
         fault_skip: args.fault_skip,

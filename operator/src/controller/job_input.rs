@@ -273,6 +273,7 @@ pub fn test_config(runner: String, executor: String) -> Config {
             runner_protocol_version: 1,
         },
         harvested_ttl_seconds: 300,
+        max_concurrent_reconciles: 16,
         fault_point: None,
         fault_operation: None,
         fault_skip: 0,

@@ -97,6 +97,9 @@ pub struct Config {
     pub execution: ExecutionBinding,
     /// The cleanup TTL a harvested Job is given.
     pub harvested_ttl_seconds: i32,
+    /// How many passes of each family run at once (kube-runtime's default
+    /// is unbounded: a cold start of 1,000 held 1,000 passes in memory).
+    pub max_concurrent_reconciles: u16,
     /// Test-only: stop the process at this point of the protocol.
     pub fault_point: Option<FaultPoint>,
     /// Test-only: the fault point stops only at this operation's claim.
@@ -351,7 +354,9 @@ async fn family<K: Family>(
         }
         None => controller,
     };
+    let limit = ctx.config.max_concurrent_reconciles;
     controller
+        .with_config(kube::runtime::controller::Config::default().concurrency(limit))
         .run(pass::reconcile::<K>, error_policy, ctx)
         .for_each(|res| async move {
             match res {
