@@ -61,6 +61,9 @@ use_set() {
 }
 use_set "$key"
 export GOFLAGS=-trimpath CGO_ENABLED=0 GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+# No symbol table or DWARF: nothing here debugs the tools, and the linker
+# writes less (a shorter link of each large binary).
+strip="-s -w"
 
 say() { printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -95,14 +98,14 @@ build_etcd() {
     $(declare -f tool_module); root=$root
     tool_module etcd
     go get -tool go.etcd.io/etcd/server/v3@$ETCD_VERSION
-    go build -o '$bin/etcd.tmp' go.etcd.io/etcd/server/v3 && mv '$bin/etcd.tmp' '$bin/etcd'"
+    go build -ldflags '$strip' -o '$bin/etcd.tmp' go.etcd.io/etcd/server/v3 && mv '$bin/etcd.tmp' '$bin/etcd'"
 }
 
 build_kubernetes() {
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
   local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
   local staging=v0.${KUBERNETES_VERSION#v1.}
-  local ld="-s -w"
+  local ld=$strip
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld="$ld -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
   done
@@ -120,10 +123,15 @@ build_kubernetes() {
     go mod edit -require=k8s.io/kubernetes@$KUBERNETES_VERSION
     go mod edit -tool=k8s.io/kubernetes/cmd/kube-apiserver -tool=k8s.io/kubernetes/cmd/kube-controller-manager -tool=k8s.io/kubernetes/cmd/kube-scheduler -tool=k8s.io/kubernetes/cmd/kubectl
     go mod tidy
+    # The missing ones in one build, so that one binary's link runs while
+    # the next one's packages compile.
+    pkgs=
     for b in ${want[*]}; do
-      [ -x '$bin/'\$b ] && continue
-      go build -ldflags '$ld' -o '$bin/'\$b.tmp k8s.io/kubernetes/cmd/\$b && mv '$bin/'\$b.tmp '$bin/'\$b
-    done"
+      [ -x '$bin/'\$b ] || pkgs=\"\$pkgs k8s.io/kubernetes/cmd/\$b\"
+    done
+    rm -rf '$root/bin.tmp'; mkdir -p '$root/bin.tmp'
+    go build -ldflags '$ld' -o '$root/bin.tmp/' \$pkgs
+    mv '$root'/bin.tmp/* '$bin/'"
 }
 
 build_simple() { # name module-path package version [build tags]
@@ -133,7 +141,7 @@ build_simple() { # name module-path package version [build tags]
     $(declare -f tool_module); root=$root
     tool_module $name
     go get -tool $pkg@$ver
-    go build -tags '$tags' -o '$bin/$name.tmp' $pkg && mv '$bin/$name.tmp' '$bin/$name'"
+    go build -tags '$tags' -ldflags '$strip' -o '$bin/$name.tmp' $pkg && mv '$bin/$name.tmp' '$bin/$name'"
 }
 
 # The executor, from the pinned source archive: its SHA-256 is checked before
@@ -186,8 +194,9 @@ build_flux() {
     for r in $FLUX_ARTIFACT_REPLACE $FLUX_DIGEST_REPLACE $FLUX_YAML_REPLACE $FLUX_KUSTOMIZE_API_REPLACE $FLUX_KYAML_REPLACE; do
       go mod edit -replace=\$r
     done
-    go build -mod=mod -o '$bin/source-controller.tmp' github.com/fluxcd/source-controller && mv '$bin/source-controller.tmp' '$bin/source-controller'
-    go build -mod=mod -o '$bin/kustomize-controller.tmp' github.com/fluxcd/kustomize-controller && mv '$bin/kustomize-controller.tmp' '$bin/kustomize-controller'
+    rm -rf '$root/bin.tmp'; mkdir -p '$root/bin.tmp'
+    go build -mod=mod -ldflags '$strip' -o '$root/bin.tmp/' github.com/fluxcd/source-controller github.com/fluxcd/kustomize-controller
+    mv '$root'/bin.tmp/* '$bin/'
     mods=\$(go env GOMODCACHE)/github.com/fluxcd
     rm -rf '$root/crds.tmp'; mkdir -p '$root/crds.tmp'
     cp \$mods/source-controller@$FLUX_SOURCE_VERSION/config/crd/bases/*.yaml \$mods/kustomize-controller@$FLUX_KUSTOMIZE_VERSION/config/crd/bases/*.yaml '$root/crds.tmp/'
@@ -205,7 +214,7 @@ build_argocd_health() {
     cp '$here/argocd-health/main.go' .
     export GOTOOLCHAIN=$ARGOCD_GOTOOLCHAIN
     go mod edit -go=${ARGOCD_GOTOOLCHAIN#go} -require=github.com/argoproj/argo-cd/v3@$ARGOCD_VERSION
-    go build -mod=mod -o '$bin/argocd-health.tmp' . && mv '$bin/argocd-health.tmp' '$bin/argocd-health'"
+    go build -mod=mod -ldflags '$strip' -o '$bin/argocd-health.tmp' . && mv '$bin/argocd-health.tmp' '$bin/argocd-health'"
 }
 
 # Jaeger v2: the all-in-one backend the harness runs (OTLP in, memory

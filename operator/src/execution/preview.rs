@@ -196,12 +196,8 @@ pub fn operation_id(r: &Request) -> String {
 
 /// `ptah-preview-<16 hex of the operation id>`.
 pub fn job_name(operation_id: &str) -> String {
-    let hex: String = operation_id
-        .trim_start_matches("sha256:")
-        .chars()
-        .take(16)
-        .collect();
-    format!("{NAME_PREFIX}{hex}")
+    let short = crate::protocol::naming::short_id(operation_id);
+    format!("{NAME_PREFIX}{short}")
 }
 
 /// The resource's Job for the preview's claim, made the preview's: its

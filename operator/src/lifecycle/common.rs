@@ -153,11 +153,7 @@ pub fn job_name(
     crate::protocol::naming::job_name(kind, op, resource, operation_id, attempt).unwrap_or_else(
         |_| {
             // Only a resource name the API server would refuse gets here.
-            let short: String = operation_id
-                .trim_start_matches("sha256:")
-                .chars()
-                .take(16)
-                .collect();
+            let short = crate::protocol::naming::short_id(operation_id);
             format!(
                 "ptah-{}-{short}-{attempt}",
                 format!("{op:?}").to_ascii_lowercase()

@@ -83,6 +83,13 @@ pub fn sha256_hex(digest: &str) -> Option<&str> {
     (hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))).then_some(hex)
 }
 
+/// The first 16 hex digits of an operation ID, as Job names carry them
+/// (what there is, for an ID too short or not `sha256:`).
+pub fn short_id(operation_id: &str) -> &str {
+    let hex = operation_id.strip_prefix("sha256:").unwrap_or(operation_id);
+    hex.get(..16).unwrap_or(hex)
+}
+
 /// The deterministic Job name of an operation: `ptah-<op>-<resource>-<16
 /// hex>` (`ptah-m-` for a PtahMigration), `-<attempt>` after the first,
 /// the resource name cut so the whole is at most [`MAX_JOB_NAME`].
@@ -115,10 +122,11 @@ pub fn job_name(
         ));
     }
     let prefix = format!("{}{}-", kind.name_prefix(), operation_name(operation));
+    let short = short_id(hex);
     let suffix = if attempt == 1 {
-        format!("-{}", &hex[..16])
+        format!("-{short}")
     } else {
-        format!("-{}-{attempt}", &hex[..16])
+        format!("-{short}-{attempt}")
     };
     let room = MAX_JOB_NAME.saturating_sub(prefix.len() + suffix.len());
     let middle: String = resource.replace('.', "-").chars().take(room).collect();
@@ -160,5 +168,19 @@ pub fn coordination_digest(engine: &str, namespace: &str, target: &Target) -> Op
                 .as_bytes(),
         )),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod short_id_tests {
+    use super::short_id;
+
+    #[test]
+    fn a_job_name_carries_the_first_sixteen_hex_digits_of_the_operation_id() {
+        let id = format!("sha256:{}", "0123456789abcdef".repeat(4));
+        assert_eq!(short_id(&id), "0123456789abcdef");
+        assert_eq!(short_id("sha256:abc"), "abc");
+        assert_eq!(short_id("not-a-digest-at-all"), "not-a-digest-at-");
+        assert_eq!(short_id("é".repeat(10).as_str()), "é".repeat(8));
     }
 }

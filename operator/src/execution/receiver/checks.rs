@@ -152,7 +152,7 @@ pub fn check_request(req: &Request<Bytes>) -> Result<Received, Refusal> {
         .operation
         .clone()
         .ok_or_else(|| bad("Document", "operation is required"))?;
-    if operation_hex(&operation.operation_id).is_none() {
+    if sha256_hex(&operation.operation_id).is_none() {
         return Err(bad(
             "Document",
             "operation.operationId must be sha256:<64 hex>",
@@ -164,11 +164,6 @@ pub fn check_request(req: &Request<Bytes>) -> Result<Received, Refusal> {
         token: token.to_string(),
         sha256,
     })
-}
-
-pub(super) fn operation_hex(operation_id: &str) -> Option<&str> {
-    let hex = operation_id.strip_prefix("sha256:")?;
-    (hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))).then_some(hex)
 }
 
 /// The claim there is, if it is `operation` (its id and attempt); a refusal
@@ -328,7 +323,7 @@ pub fn check_plan_request(req: &Request<Bytes>) -> Result<PlanRequest, Refusal> 
             "the namespace and name must be Kubernetes names",
         ));
     }
-    if operation_hex(operation_id).is_none() {
+    if sha256_hex(operation_id).is_none() {
         return Err(bad("Path", "the operation id must be sha256:<64 hex>"));
     }
     let attempt: i32 = attempt

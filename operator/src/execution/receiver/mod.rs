@@ -84,6 +84,7 @@ use crate::execution::job::{
 use crate::execution::plan::{self, PlanError};
 use crate::execution::preview;
 use crate::protocol::args::ResourceRef;
+use crate::protocol::naming::sha256_hex;
 use crate::protocol::receiver::{
     Answer, CONTENT_SHA256_HEADER, MAX_RESULT_BYTES, PLAN_FINGERPRINT_HEADER, PLAN_NAME_HEADER,
     PLANS_PATH, POD_NAME_HEADER, POD_UID_HEADER, REASON_ALREADY_STORED, REASON_PLAN_REFUSED,

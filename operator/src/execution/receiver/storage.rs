@@ -6,7 +6,7 @@ use super::*;
 
 /// The index ConfigMap's name of (operation id, attempt).
 pub fn result_name(operation_id: &str, attempt: i32) -> Option<String> {
-    operation_hex(operation_id).map(|hex| format!("ptah-result-{hex}-{attempt}"))
+    sha256_hex(operation_id).map(|hex| format!("ptah-result-{hex}-{attempt}"))
 }
 
 pub(super) fn chunk_name(index: &str, i: usize) -> String {
@@ -36,7 +36,7 @@ pub fn result_objects(
     received_at: Timestamp,
 ) -> Option<(ConfigMap, Vec<ConfigMap>)> {
     let index_name = result_name(&op.operation_id, op.attempt)?;
-    let hex = operation_hex(&op.operation_id)?;
+    let hex = sha256_hex(&op.operation_id)?;
     let meta = |name: String| ObjectMeta {
         name: Some(name),
         namespace: Some(namespace.to_string()),
@@ -266,7 +266,7 @@ pub async fn discard(
     namespace: &str,
     operation_id: &str,
 ) -> Result<(), ReceiverError> {
-    let hex = operation_hex(operation_id).ok_or(ReceiverError::OperationId)?;
+    let hex = sha256_hex(operation_id).ok_or(ReceiverError::OperationId)?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let selector = format!(
         "{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={RESULT_COMPONENT},{LABEL_OPERATION_ID}={}",
