@@ -13,14 +13,12 @@
 # Usage: conformance/bench/scale.sh [N] [INTERVAL]   (after `ptah-harness up`)
 #        conformance/bench/scale.sh all [INTERVAL]   (100, 300, then 1000)
 # N defaults to 100, INTERVAL to 5m; the idle window is 3 × INTERVAL.
-# How long here (2 cores, shared): the test command's 12-schema run takes
-# about 3 minutes, `scale.sh 20 1m` about 8 (cold start 1-4 minutes, three
-# idle minutes, the edit under a minute). A schema needs about 5 Jobs to
-# its first InSync and the harness completes about 3.5 empty Jobs a second,
-# so at about 5x that floor expect, with the 15-minute idle window of 5m:
-# 100 about 25 minutes, 300 about 50, 1000 about 2.5 hours (estimates, not
-# yet measured). At 1000 a 5m interval asks 2000 Jobs per interval, more
-# than the harness completes: give 1000 INTERVAL=10m or more.
+# How long here (2 cores): the test command's 12-schema run takes about 3
+# minutes, `scale.sh 100 2m` about 12, `scale.sh 300 5m` about 40, and
+# `BENCH_DATABASES=100 scale.sh 1000 15m` 1 h 51 min (measured at
+# f08f33c: a 49-minute cold start, 45 minutes idle, a 13-minute edit).
+# At 1000 a 5m interval asks 2000 Jobs per interval, more than the harness
+# completes: give 1000 INTERVAL=15m or more.
 # With RELEASE=1 the manager under test is the release build.
 set -euo pipefail
 if [ "${1:-}" = all ]; then
