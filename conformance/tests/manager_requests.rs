@@ -8,12 +8,12 @@
 //! is a read of the edited ConfigMap's content (at most one each; a pass that
 //! finds it cached at the new resourceVersion reads nothing).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context;
 use conformance::harness::Harness;
-use conformance::testkit::audit::{self, events_since};
+use conformance::testkit::audit::{self, events_since, is_write, tally, verb_and_resource};
+use conformance::testkit::bench::{env_or, late_ms, memory_kib, quantile};
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::executor::SCHEMA_SQL;
 use conformance::testkit::manager::{Manager, ManagerSpec};
@@ -21,7 +21,7 @@ use conformance::testkit::namespace::TestNamespace;
 use conformance::testkit::wait::Patience;
 use operator::api::condition::SchemaPhase;
 use operator::api::schema::PtahSchema;
-use serde_json::{Value, json};
+use serde_json::json;
 
 async fn harness() -> &'static Harness {
     conformance::env::shared(env!("CARGO_BIN_EXE_process-kubelet")).await
@@ -41,15 +41,6 @@ const CACHED: [&str; 6] = [
     "ptahmigrationapprovals",
     "ptahmigrationrunacknowledgments",
 ];
-
-fn verb_and_resource(e: &Value) -> (String, String, String) {
-    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    let mut resource = s(&e["objectRef"]["resource"]);
-    if let Some(sub) = e["objectRef"]["subresource"].as_str() {
-        resource = format!("{resource}/{sub}");
-    }
-    (s(&e["verb"]), resource, s(&e["objectRef"]["name"]))
-}
 
 /// `n` PtahSchemas on databases of their own that hold the declared table
 /// already, sharing one source ConfigMap, read every `interval`; answers the
@@ -111,7 +102,7 @@ async fn in_sync_schemas_pass_on_their_caches_without_listing_or_reading_the_kin
     let (manager, dbs) = in_sync(&ns, SCHEMAS, "1h", &CONVERGE).await?;
     // Let the passes that harvested the last Plans end.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let offset = audit::offset(ns.harness())?;
+    let since = audit::mark(ns.harness())?;
 
     let log_offset = manager.log().len();
     ns.set_config_map_key("schema", "note", "second").await?;
@@ -133,13 +124,9 @@ async fn in_sync_schemas_pass_on_their_caches_without_listing_or_reading_the_kin
         .with_context(|| manager.log())?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let events = events_since(harness, offset, ns.name())?;
+    let events = events_since(harness, since, ns.name())?;
     eprintln!("the manager's requests after the edit: {}", events.len());
-    let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
-    for e in &events {
-        let (verb, resource, _) = verb_and_resource(e);
-        *seen.entry((verb, resource)).or_default() += 1;
-    }
+    let seen = tally(&events);
     eprintln!("{seen:?}");
     for ((verb, resource), n) in &seen {
         assert!(
@@ -147,7 +134,7 @@ async fn in_sync_schemas_pass_on_their_caches_without_listing_or_reading_the_kin
             "a pass asked the API server to {verb} {resource} ({n}×): {seen:?}"
         );
         assert!(
-            !matches!(verb.as_str(), "create" | "update" | "patch" | "delete"),
+            !is_write(verb),
             "a pass that changes nothing wrote: {verb} {resource} ({n}×): {seen:?}"
         );
     }
@@ -171,18 +158,18 @@ async fn in_sync_schemas_pass_on_their_caches_without_listing_or_reading_the_kin
 }
 
 /// Waits for one read cycle of each of the `n` schemas after the audit log's
-/// `offset`: an Observe and a Plan Job per schema, then every one `InSync`
+/// `since`: an Observe and a Plan Job per schema, then every one `InSync`
 /// with no claim.
 async fn read_cycle(
     ns: &TestNamespace,
-    offset: audit::Mark,
+    since: audit::Mark,
     n: usize,
     patience: &Patience,
 ) -> anyhow::Result<()> {
     let harness = ns.harness();
     patience
         .poll("a read cycle of every schema", || async move {
-            let jobs = events_since(harness, offset, ns.name())?
+            let jobs = events_since(harness, since, ns.name())?
                 .iter()
                 .map(verb_and_resource)
                 .filter(|(v, r, _)| v == "create" && r == "jobs")
@@ -217,20 +204,16 @@ async fn an_idle_read_cycle_writes_claims_jobs_and_the_plans_lease_and_stores_no
     let (manager, dbs) = in_sync(&ns, N, "1m", &CONVERGE).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let harness = ns.harness();
-    let offset = audit::offset(harness)?;
+    let since = audit::mark(harness)?;
     let cycle = Patience::new(Duration::from_secs(300), Duration::from_secs(1));
-    read_cycle(&ns, offset, N, &cycle)
+    read_cycle(&ns, since, N, &cycle)
         .await
         .with_context(|| manager.log())?;
     // The passes the Jobs' ends wake.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let mut writes: BTreeMap<(String, String), usize> = BTreeMap::new();
-    for e in events_since(harness, offset, ns.name())? {
-        let (verb, resource, _) = verb_and_resource(&e);
-        if matches!(verb.as_str(), "create" | "update" | "patch" | "delete") {
-            *writes.entry((verb, resource)).or_default() += 1;
-        }
-    }
+    let events = events_since(harness, since, ns.name())?;
+    let mut writes = tally(&events);
+    writes.retain(|(verb, _), _| is_write(verb));
     eprintln!("the writes of one read cycle of {N} schemas: {writes:?}");
     let count = |verb: &str, resource: &str| {
         writes
@@ -268,28 +251,6 @@ async fn an_idle_read_cycle_writes_claims_jobs_and_the_plans_lease_and_stores_no
     Ok(())
 }
 
-/// A number from the environment, or `default`.
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The `VmRSS`, `VmHWM` and `RssAnon` (the heap, without the mapped
-/// binary) of a process, in KiB.
-fn memory_kib(pid: u32) -> anyhow::Result<(u64, u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    Ok((field("VmRSS:"), field("VmHWM:"), field("RssAnon:")))
-}
-
 /// The benchmark of docs/performance.md (`conformance/bench/idle-schemas.sh`):
 /// `BENCH_SCHEMAS` InSync schemas (200) read every `BENCH_INTERVAL` (2m) by
 /// one manager; over one read cycle of every schema it prints the manager's
@@ -310,44 +271,28 @@ async fn bench_idle_schemas() -> anyhow::Result<()> {
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
     let harness = ns.harness();
-    let offset = audit::offset(harness)?;
+    let since = audit::mark(harness)?;
     let log_offset = manager.log().len();
     let window = std::time::Instant::now();
-    read_cycle(&ns, offset, n, &long)
+    read_cycle(&ns, since, n, &long)
         .await
         .with_context(|| manager.log())?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let cycle = window.elapsed();
-    let (rss, peak, anon) = memory_kib(manager.pid())?;
-    let events = events_since(harness, offset, ns.name())?;
-    let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
-    for e in &events {
-        let (verb, resource, _) = verb_and_resource(e);
-        *seen.entry((verb, resource)).or_default() += 1;
-    }
-    let mut late: Vec<u64> = manager.log()[log_offset..]
-        .lines()
-        .filter(|l| l.contains("due pass"))
-        .filter_map(|l| {
-            l.split("late_ms=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
-    late.sort_unstable();
-    let p = |q: f64| {
-        late.get(((late.len() as f64 * q).ceil() as usize).saturating_sub(1))
-            .copied()
-    };
+    let memory = memory_kib(manager.pid())?;
+    let events = events_since(harness, since, ns.name())?;
+    let seen = tally(&events);
+    let late = late_ms(&manager.log()[log_offset..]);
+    let p = |q: f64| quantile(&late, q);
     let per = |k: usize| k as f64 / n as f64;
     println!(
         "schemas: {n}, interval: {interval}, one read cycle of each in {:.0}s",
         cycle.as_secs_f64()
     );
-    println!("manager memory: VmRSS {rss} KiB (RssAnon {anon} KiB), VmHWM {peak} KiB");
+    println!(
+        "manager memory: VmRSS {} KiB (RssAnon {} KiB), VmHWM {} KiB",
+        memory.rss, memory.anon, memory.hwm
+    );
     println!(
         "requests per schema per cycle: {:.2} ({} in all)",
         per(events.len()),

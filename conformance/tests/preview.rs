@@ -77,14 +77,14 @@ fn preview(
     Ok(ran)
 }
 
-/// What the audit log shows was created in the namespace since `offset`:
+/// What the audit log shows was created in the namespace since `since`:
 /// (resource, name).
 fn created(
     harness: &Harness,
-    offset: audit::Mark,
+    since: audit::Mark,
     ns: &str,
 ) -> anyhow::Result<Vec<(String, String)>> {
-    Ok(audit::events_in(harness, offset, ns)?
+    Ok(audit::events_in(harness, since, ns)?
         .iter()
         .map(audit::verb_and_resource)
         .filter(|(verb, ..)| verb == "create")
@@ -96,10 +96,10 @@ fn created(
 /// decision is made of; and they are gone.
 async fn nothing_stored(
     ns: &TestNamespace,
-    offset: audit::Mark,
+    since: audit::Mark,
     previews: usize,
 ) -> anyhow::Result<()> {
-    let made = created(ns.harness(), offset, ns.name())?;
+    let made = created(ns.harness(), since, ns.name())?;
     let config_maps: Vec<&String> = made
         .iter()
         .filter(|(r, _)| r == "configmaps")
@@ -170,7 +170,7 @@ async fn schema_previews(engine: Engine) -> anyhow::Result<()> {
     .await?;
     let (operator, k) = started(&ns, "schema/orders").await?;
     let before: PtahSchema = ns.api().get("orders").await?;
-    let offset = audit::offset(ns.harness())?;
+    let since = audit::mark(ns.harness())?;
 
     let same = dir_of(&json!({"schema.sql": SCHEMA_SQL}))?;
     let ran = preview(&k, "schema/orders", "--dir", same.path(), &[], 0)
@@ -241,7 +241,7 @@ async fn schema_previews(engine: Engine) -> anyhow::Result<()> {
         b.source.map(|s| s.content_digest)
     );
     assert!(a.plan.is_none(), "a preview published a plan");
-    nothing_stored(&ns, offset, 5).await?;
+    nothing_stored(&ns, since, 5).await?;
     operator.finish::<PtahSchema>(&ns).await
 }
 
@@ -266,7 +266,7 @@ async fn migration_previews(engine: Engine) -> anyhow::Result<()> {
         .await?;
     in_sync(&k, &operator, "migration/orders")?;
     let before: PtahMigration = ns.api().get("orders").await?;
-    let offset = audit::offset(ns.harness())?;
+    let since = audit::mark(ns.harness())?;
 
     let same = dir_of(&executor::migration_files())?;
     let ran = preview(&k, "migration/orders", "--migrations", same.path(), &[], 0)
@@ -323,7 +323,7 @@ async fn migration_previews(engine: Engine) -> anyhow::Result<()> {
         b.source.map(|s| s.content_digest)
     );
     assert_eq!(a.plan, b.plan, "a preview published a plan");
-    nothing_stored(&ns, offset, 3).await?;
+    nothing_stored(&ns, since, 3).await?;
     operator.finish::<PtahMigration>(&ns).await
 }
 

@@ -336,7 +336,7 @@ async fn scale(harness: &'static Harness, label: &str, shape: &Shape) -> anyhow:
 
     // Cold start.
     let harness = ns.harness();
-    let start_offset = audit::offset(harness)?;
+    let start_mark = audit::mark(harness)?;
     let t0 = Instant::now();
     let t0_wall = jiff::Timestamp::now();
     let manager = Manager::start(&ns, &ManagerSpec::default())?;
@@ -346,7 +346,7 @@ async fn scale(harness: &'static Harness, label: &str, shape: &Shape) -> anyhow:
     })
     .await?;
     let cold = sample(&manager)?;
-    let created = job_creates(&events_since(harness, start_offset, ns.name())?);
+    let created = job_creates(&events_since(harness, start_mark, ns.name())?);
     let (cold_created, cold_jobs) = (created.len(), needed(&created, &cold_ms, t0_wall));
     // A run of 1,000 idles for an hour from here: what the cold start
     // measured, at once.
@@ -363,12 +363,12 @@ async fn scale(harness: &'static Harness, label: &str, shape: &Shape) -> anyhow:
 
     // Idle: three intervals.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let idle_offset = audit::offset(harness)?;
+    let idle_mark = audit::mark(harness)?;
     let idle_log = manager.log().len();
     let t1 = Instant::now();
     tokio::time::sleep(3 * interval).await;
     let idle_window = t1.elapsed();
-    let idle_events = events_since(harness, idle_offset, ns.name())?;
+    let idle_events = events_since(harness, idle_mark, ns.name())?;
     let idle = tally(&idle_events);
     let idle_jobs = job_creates(&idle_events).len();
     let idle_late = late_ms(manager.log().get(idle_log..).unwrap_or_default());
@@ -386,7 +386,7 @@ async fn scale(harness: &'static Harness, label: &str, shape: &Shape) -> anyhow:
             applied_plan(&s),
         );
     }
-    let edit_offset = audit::offset(harness)?;
+    let edit_mark = audit::mark(harness)?;
     let t2 = Instant::now();
     let t2_wall = jiff::Timestamp::now();
     for m in &chosen {
@@ -402,7 +402,7 @@ async fn scale(harness: &'static Harness, label: &str, shape: &Shape) -> anyhow:
     })
     .await?;
     let edit_end = sample(&manager)?;
-    let created = job_creates(&events_since(harness, edit_offset, ns.name())?);
+    let created = job_creates(&events_since(harness, edit_mark, ns.name())?);
     let (edit_created, edit_jobs) = (created.len(), needed(&created, &edit_ms, t2_wall));
 
     // The databases say the same: every table there, the edited ones with

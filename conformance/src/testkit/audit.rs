@@ -29,8 +29,12 @@ pub struct Mark {
 }
 
 /// The audit log's end now.
-pub fn offset(harness: &Harness) -> anyhow::Result<Mark> {
-    let meta = std::fs::metadata(harness.audit_log()).context("the audit log")?;
+pub fn mark(harness: &Harness) -> anyhow::Result<Mark> {
+    end_of(&harness.audit_log())
+}
+
+fn end_of(file: &Path) -> anyhow::Result<Mark> {
+    let meta = std::fs::metadata(file).with_context(|| format!("{}", file.display()))?;
     Ok(Mark {
         inode: meta.ino(),
         offset: meta.len(),
@@ -83,24 +87,20 @@ fn events_from(
     keep: impl Fn(&Value) -> bool,
 ) -> anyhow::Result<Vec<Value>> {
     let files = files_in_order(live)?;
-    let mut inodes = Vec::with_capacity(files.len());
-    for f in &files {
-        inodes.push(
-            std::fs::metadata(f)
-                .with_context(|| format!("{}", f.display()))?
-                .ino(),
-        );
+    let mut first = None;
+    for (i, f) in files.iter().enumerate() {
+        if end_of(f)?.inode == mark.inode {
+            first = Some(i);
+            break;
+        }
     }
-    let first = inodes
-        .iter()
-        .position(|&i| i == mark.inode)
-        .with_context(|| {
-            format!(
-                "the audit log rotated past the marked stretch's start (its file is gone): \
+    let first = first.with_context(|| {
+        format!(
+            "the audit log rotated past the marked stretch's start (its file is gone): \
              raise the harness's --audit-log-maxbackup or --audit-log-maxsize ({})",
-                live.display()
-            )
-        })?;
+            live.display()
+        )
+    })?;
     let mut out = Vec::new();
     for (i, path) in files.iter().enumerate().skip(first) {
         let mut f = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
@@ -177,12 +177,13 @@ mod tests {
             .collect()
     }
 
-    fn mark_of(live: &Path) -> Mark {
-        let meta = std::fs::metadata(live).unwrap();
-        Mark {
-            inode: meta.ino(),
-            offset: meta.len(),
-        }
+    /// A log in a new directory holding one event, and the mark at its end.
+    fn a_log() -> (tempfile::TempDir, PathBuf, Mark) {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("audit.log");
+        std::fs::write(&live, event("before")).unwrap();
+        let mark = end_of(&live).unwrap();
+        (dir, live, mark)
     }
 
     fn read(live: &Path, mark: Mark) -> anyhow::Result<Vec<Value>> {
@@ -191,10 +192,7 @@ mod tests {
 
     #[test]
     fn a_stretch_is_read_across_rotations_from_its_mark_on() {
-        let dir = tempfile::tempdir().unwrap();
-        let live = dir.path().join("audit.log");
-        std::fs::write(&live, event("before")).unwrap();
-        let mark = mark_of(&live);
+        let (dir, live, mark) = a_log();
         std::fs::write(&live, event("before") + &event("a")).unwrap();
         std::fs::rename(&live, dir.path().join("audit-2026-12-06T13-44-00.000.log")).unwrap();
         std::fs::write(&live, event("b")).unwrap();
@@ -203,16 +201,13 @@ mod tests {
         assert_eq!(names(&read(&live, mark).unwrap()), ["a", "b", "c"]);
 
         // A mark in a backup reads from that backup on, not the older ones.
-        let later = mark_of(&dir.path().join("audit-2026-12-06T14-10-00.000.log"));
+        let later = end_of(&dir.path().join("audit-2026-12-06T14-10-00.000.log")).unwrap();
         assert_eq!(names(&read(&live, later).unwrap()), ["c"]);
     }
 
     #[test]
     fn a_stretch_whose_file_was_removed_is_refused_naming_the_rotation() {
-        let dir = tempfile::tempdir().unwrap();
-        let live = dir.path().join("audit.log");
-        std::fs::write(&live, event("a")).unwrap();
-        let mark = mark_of(&live);
+        let (dir, live, mark) = a_log();
         // The new file is made before the old is removed, so it cannot
         // take the old one's inode.
         let next = dir.path().join("next");
@@ -224,10 +219,7 @@ mod tests {
 
     #[test]
     fn a_stretch_in_the_live_file_starts_at_its_offset() {
-        let dir = tempfile::tempdir().unwrap();
-        let live = dir.path().join("audit.log");
-        std::fs::write(&live, event("a")).unwrap();
-        let mark = mark_of(&live);
+        let (_dir, live, mark) = a_log();
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&live)

@@ -172,7 +172,7 @@ pub fn coordination_digest(engine: &str, namespace: &str, target: &Target) -> Op
 }
 
 #[cfg(test)]
-mod short_id_tests {
+mod tests {
     use super::short_id;
 
     #[test]
