@@ -140,6 +140,8 @@ pub struct Context {
     versions: versions::ByVersion<()>,
     /// What source ConfigMaps' selected keys gave: (UID, content digest).
     contents: versions::ByVersion<(String, String)>,
+    /// When each long-running Job was last read past its store.
+    job_reads: crate::execution::paced::Paced,
     /// Traces and metrics.
     pub telemetry: Telemetry,
     /// How many writes matching the fault point have passed.
@@ -192,6 +194,7 @@ impl Context {
             stores: std::sync::OnceLock::new(),
             versions: Default::default(),
             contents: Default::default(),
+            job_reads: crate::execution::paced::Paced::every(runtime::STORE_TRUSTED_RUNNING),
             telemetry: Telemetry::default(),
             faults_passed: Default::default(),
         }
@@ -260,7 +263,10 @@ pub async fn run(ctx: Arc<Context>) {
             false
         }
     };
-    let shared = stores::start(&ctx.client, ns, flux);
+    let mut shared = stores::start(&ctx.client, ns, flux);
+    let (leases, watch) = stores::realm_leases(&ctx.client, &ctx.config.coordination_namespace);
+    ctx.leases.watch(leases);
+    shared.watches.push(watch);
     let watches = futures::future::join_all(shared.watches);
     let stores = shared.stores;
     let (schema_subs, migration_subs, acks) =

@@ -273,16 +273,22 @@ pub async fn claim_job(
     };
     // The Job store first: a Job ours in it is running or has ended (an end
     // is never undone); one not there yet is read from the API server. So
-    // is one the store has shown running for over a minute: at 300
-    // schemas the store held an Apply Job as running 28 minutes after it
-    // completed, and the claim (with its database's realm Lease) waited
-    // on it all that time.
+    // is one the store has shown running for over a minute, once a minute:
+    // at 300 schemas the store held an Apply Job as running 28 minutes
+    // after it completed, and the claim (with its database's realm Lease)
+    // waited on it all that time; at 1,000, reading such Jobs on every pass
+    // doubled the Job reads.
+    let key = format!("{ns}/{job_name}");
     let stored = ctx
         .stores()
         .jobs
         .get(&kube::runtime::reflector::ObjectRef::new(job_name).within(ns))
         .filter(|j| is_job_of_claim(j, &claim_input(c), owner_uid))
-        .filter(|j| super::harvest::terminal(j) || !running_longer_than(j, STORE_TRUSTED_RUNNING))
+        .filter(|j| {
+            super::harvest::terminal(j)
+                || !running_longer_than(j, STORE_TRUSTED_RUNNING)
+                || !ctx.job_reads.due(&key)
+        })
         .map(|j| (*j).clone());
     let job = match stored {
         Some(j) => Some(j),
@@ -295,6 +301,7 @@ pub async fn claim_job(
         Some(j) if is_job_of_claim(&j, &claim_input(c), owner_uid) => {
             let handed = ctx.inbox.result(to, &c.operation_id, c.attempt).is_some();
             if handed || super::harvest::terminal(&j) {
+                ctx.job_reads.forget(&key);
                 ClaimJob::Ended(Box::new(j))
             } else {
                 ClaimJob::Running(j.metadata.uid)
@@ -307,8 +314,9 @@ pub async fn claim_job(
     })
 }
 
-/// How long a Job the store shows running is taken from the store.
-const STORE_TRUSTED_RUNNING: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long a Job the store shows running is taken from the store alone,
+/// and then how often it is read from the API server.
+pub const STORE_TRUSTED_RUNNING: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Whether `job` was created more than `limit` ago.
 fn running_longer_than(job: &Job, limit: std::time::Duration) -> bool {

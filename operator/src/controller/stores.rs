@@ -9,6 +9,7 @@ use std::pin::Pin;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::reflector::{self, ReflectHandle, Store};
@@ -208,6 +209,20 @@ pub fn start(client: &Client, ns: Option<&str>, flux: bool) -> Shared {
         acknowledgments: ack,
         watches,
     }
+}
+
+/// The realm Leases of `coordination_namespace`, watched into a store of
+/// their own: nothing wakes on them, so nothing holds the watch back.
+pub fn realm_leases(client: &Client, coordination_namespace: &str) -> (Store<Lease>, Watch) {
+    let (store, writer) = reflector::store();
+    let api = Api::<Lease>::namespaced(client.clone(), coordination_namespace);
+    let cfg = watcher::Config::default().labels(&crate::execution::lease::Leases::selector());
+    let watch = watcher(api, cfg)
+        .default_backoff()
+        .modify(trim)
+        .reflect(writer)
+        .for_each(|e| log_error("Lease", e.err()));
+    (store, Box::pin(watch))
 }
 
 impl Stores {

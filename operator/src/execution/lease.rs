@@ -19,7 +19,7 @@
 //!   racing for one Lease cannot both win.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -27,9 +27,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use kube::api::{Api, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::api::status::PendingLockRelease;
 use crate::execution::job::{LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY};
+use crate::execution::paced::Paced;
 use crate::protocol::receiver::content_sha256 as sha256_hex;
 
 /// Prefix of every realm Lease's name.
@@ -46,6 +48,9 @@ const MIN_DURATION_SECONDS: i32 = 5;
 const MAX_DURATION_SECONDS: i32 = 86460;
 /// How soon to try again after losing a write race.
 const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+/// How often a Lease the watch shows held for another operation is read
+/// from the API server all the same (a watch may trail).
+const WATCH_TRUSTED: Duration = Duration::from_secs(60);
 /// Writes tried before a Lease that keeps changing is reported contended.
 const WRITE_ATTEMPTS: u32 = 3;
 
@@ -104,6 +109,10 @@ pub struct Leases {
     /// Our own Leases by name: the epoch last written and when, on this
     /// process's monotonic clock, with its duration.
     ours: Mutex<HashMap<String, Written>>,
+    /// The realm Leases as the manager's watch keeps them, once it runs.
+    watched: OnceLock<Store<Lease>>,
+    /// When each Lease found held through the watch was last read.
+    reads: Paced,
 }
 
 /// A write of one of our Leases.
@@ -249,7 +258,68 @@ impl Leases {
             holder: holder.to_owned(),
             foreign: Mutex::new(HashMap::new()),
             ours: Mutex::new(HashMap::new()),
+            watched: OnceLock::new(),
+            reads: Paced::every(WATCH_TRUSTED),
         }
+    }
+
+    /// The label selector of realm Leases, for the manager's watch.
+    pub fn selector() -> String {
+        format!("{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT}")
+    }
+
+    /// Takes the watch's store of realm Leases: from now on a Lease it shows
+    /// held for another operation is answered `Busy` without a read (one a
+    /// minute still reads it), and a waiting claim asks the API server again
+    /// only once the watch shows the Lease free.
+    pub fn watch(&self, store: Store<Lease>) {
+        let _ = self.watched.set(store);
+    }
+
+    /// `Busy`, when the watch shows `name` held for another operation, not
+    /// yet takeable, and the Lease is not due a read.
+    fn busy_as_watched(
+        &self,
+        name: &str,
+        operation_id: &str,
+        duration_seconds: i32,
+    ) -> Option<Acquired> {
+        let lease = self
+            .watched
+            .get()?
+            .get(&ObjectRef::new(name).within(&self.namespace))?;
+        let busy = self.busy(name, &lease, operation_id, duration_seconds)?;
+        (!self.reads.due(name)).then_some(busy)
+    }
+
+    /// `Busy` when `lease` is held for another operation and this process
+    /// has not yet seen it unchanged for its full duration; `None` when it
+    /// is free, ours, or may be taken over.
+    fn busy(
+        &self,
+        name: &str,
+        lease: &Lease,
+        operation_id: &str,
+        duration_seconds: i32,
+    ) -> Option<Acquired> {
+        let holder = holder_of(lease)?;
+        if annotation(lease, ANNOTATION_LEASE_OPERATION) == Some(operation_id) {
+            return None;
+        }
+        // The duration the holder wrote is the one it promised to renew
+        // within.
+        let duration = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.lease_duration_seconds)
+            .filter(|d| *d > 0)
+            .unwrap_or(duration_seconds);
+        let full = Duration::from_secs(u64::from(duration.unsigned_abs()));
+        let seen = self.unchanged_for(name, lease, holder);
+        (seen < full).then(|| Acquired::Busy {
+            holder: holder.to_owned(),
+            retry_after: full - seen,
+        })
     }
 
     /// Remembers our write of `name` for the operation under `epoch`, now.
@@ -428,6 +498,9 @@ impl Leases {
                 value: duration_seconds,
             });
         }
+        if let Some(busy) = self.busy_as_watched(&name, operation_id, duration_seconds) {
+            return Ok(busy);
+        }
         let current = self
             .api
             .get_opt(&name)
@@ -467,23 +540,10 @@ impl Leases {
                     },
                 );
             }
-            if !same_operation {
-                // The duration the holder wrote is the one it promised to
-                // renew within.
-                let duration = lease
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.lease_duration_seconds)
-                    .filter(|d| *d > 0)
-                    .unwrap_or(duration_seconds);
-                let full = Duration::from_secs(u64::from(duration.unsigned_abs()));
-                let seen = self.unchanged_for(&name, lease, holder);
-                if seen < full {
-                    return Ok(Acquired::Busy {
-                        holder: holder.clone(),
-                        retry_after: full - seen,
-                    });
-                }
+            if !same_operation
+                && let Some(busy) = self.busy(&name, lease, operation_id, duration_seconds)
+            {
+                return Ok(busy);
             }
         }
 
@@ -709,6 +769,91 @@ mod tests {
                 hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
                 "{e}"
             );
+        }
+    }
+
+    /// Leases whose API server refuses every connection: a request made
+    /// fails, so an answer without an error was given without one.
+    fn unreachable(store: Store<Lease>) -> Leases {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = Client::try_from(config).expect("a client");
+        let leases = Leases::new(client, "ptah-system", "manager-a");
+        leases.watch(store);
+        leases
+    }
+
+    fn held_for(name: &str, operation_id: &str) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some("ptah-system".to_owned()),
+                resource_version: Some("7".to_owned()),
+                annotations: Some(BTreeMap::from([
+                    (
+                        ANNOTATION_LEASE_OPERATION.to_owned(),
+                        operation_id.to_owned(),
+                    ),
+                    (
+                        ANNOTATION_LEASE_EPOCH.to_owned(),
+                        format!("v1-{}", "a".repeat(32)),
+                    ),
+                ])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some("manager-b".to_owned()),
+                lease_duration_seconds: Some(600),
+                renew_time: Some(MicroTime(Timestamp::now())),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lease_the_watch_shows_held_elsewhere_is_read_once_a_minute_not_on_every_ask() {
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let name = lease_name(&digest);
+        let (store, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(held_for(
+            &name, "op-b",
+        )));
+        let leases = unreachable(store);
+        // The first ask reads it (and fails here: nothing answers).
+        assert!(leases.acquire(&digest, "op-a", 600).await.is_err());
+        // Within the minute the watch answers, with the time left.
+        for _ in 0..3 {
+            match leases.acquire(&digest, "op-a", 600).await {
+                Ok(Acquired::Busy {
+                    holder,
+                    retry_after,
+                }) => {
+                    assert_eq!(holder, "manager-b");
+                    assert!(retry_after > Duration::from_secs(590), "{retry_after:?}");
+                }
+                other => panic!("expected Busy from the watch, got {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lease_the_watch_shows_free_or_ours_is_always_read() {
+        let digest = format!("sha256:{}", "cd".repeat(32));
+        let name = lease_name(&digest);
+        let mut released = held_for(&name, "op-b");
+        released.spec.as_mut().expect("a spec").holder_identity = Some(String::new());
+        for seen in [released, held_for(&name, "op-a")] {
+            let (store, mut writer) = kube::runtime::reflector::store();
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(seen));
+            let leases = unreachable(store);
+            for _ in 0..2 {
+                assert!(leases.acquire(&digest, "op-a", 600).await.is_err());
+            }
+        }
+        // Nor is a Lease the watch has not shown answered from it.
+        let (store, _writer) = kube::runtime::reflector::store();
+        let leases = unreachable(store);
+        for _ in 0..2 {
+            assert!(leases.acquire(&digest, "op-a", 600).await.is_err());
         }
     }
 }

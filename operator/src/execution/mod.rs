@@ -7,6 +7,7 @@ pub mod examples;
 pub mod job;
 pub mod lease;
 pub mod migration_plan;
+pub mod paced;
 pub mod plan;
 pub mod preview;
 pub mod receiver;
