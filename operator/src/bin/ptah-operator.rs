@@ -107,8 +107,9 @@ struct Args {
     /// How long a harvested Job is kept, in seconds.
     #[arg(long, default_value_t = 300)]
     harvested_ttl_seconds: i32,
-    /// How many passes of each family run at once. Bounded so that a cold
-    /// start of many resources does not hold a pass in memory for each.
+    /// How many passes of each family run at once; the others wait their
+    /// turn, first come, first served. Bounded so that a cold start of many
+    /// resources does not hold a pass in memory for each.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
     max_concurrent_reconciles: u16,
     /// Test-only: exit with code 86 right after this durable write.

@@ -36,6 +36,7 @@ mod preview;
 mod runtime;
 mod schema;
 mod stores;
+mod turns;
 mod versions;
 pub use stores::Stores;
 
@@ -97,8 +98,9 @@ pub struct Config {
     pub execution: ExecutionBinding,
     /// The cleanup TTL a harvested Job is given.
     pub harvested_ttl_seconds: i32,
-    /// How many passes of each family run at once (kube-runtime's default
-    /// is unbounded: a cold start of 1,000 held 1,000 passes in memory).
+    /// How many passes of each family run at once, the others waiting their
+    /// turn in order (unbounded, a cold start of 1,000 held 1,000 passes in
+    /// memory).
     pub max_concurrent_reconciles: u16,
     /// Test-only: stop the process at this point of the protocol.
     pub fault_point: Option<FaultPoint>,
@@ -360,10 +362,18 @@ async fn family<K: Family>(
         }
         None => controller,
     };
-    let limit = ctx.config.max_concurrent_reconciles;
+    // Bounded by turns handed out in order (`turns`), not by kube-runtime's
+    // limit, which can starve a resource.
+    let turns = Arc::new(turns::turns(ctx.config.max_concurrent_reconciles));
     controller
-        .with_config(kube::runtime::controller::Config::default().concurrency(limit))
-        .run(pass::reconcile::<K>, error_policy, ctx)
+        .run(
+            move |obj, ctx| {
+                let turns = turns.clone();
+                async move { turns::in_turn(&turns, || pass_current::<K>(obj, ctx)).await }
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|res| async move {
             match res {
                 Ok((obj, _)) => tracing::debug!(object = %obj, "reconciled"),
@@ -371,6 +381,17 @@ async fn family<K: Family>(
             }
         })
         .await;
+}
+
+/// A pass over the object as the store holds it when its turn comes (the
+/// copy it was woken with may be minutes old by then); none for an object
+/// the store no longer holds.
+async fn pass_current<K: Family>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let current = K::store(ctx.stores()).get(&ObjectRef::from_obj(&*obj));
+    match current {
+        Some(obj) => pass::reconcile::<K>(obj, ctx).await,
+        None => Ok(Action::await_change()),
+    }
 }
 
 /// The next pass of an object whose pass failed: the error's class and the
