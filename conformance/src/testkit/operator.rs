@@ -108,22 +108,33 @@ where
         + std::fmt::Debug,
     <K as kube::Resource>::DynamicType: Default,
 {
-    let api = ns.api::<K>();
-    let obj: K = serde_json::from_value(value)?;
     PATIENCE
         .poll("the object to be admitted", || {
-            let (api, obj) = (api.clone(), obj.clone());
-            async move {
-                match api.create(&Default::default(), &obj).await {
-                    Ok(created) => Ok(Some(created)),
-                    Err(kube::Error::Api(e)) if e.message.contains("failed calling webhook") => {
-                        Ok(None)
-                    }
-                    Err(e) => Err(e.into()),
-                }
-            }
+            try_create_admitted(ns, value.clone())
         })
         .await
+}
+
+/// One try of [`create_admitted`]: `None` while no manager serves the
+/// webhooks (a caller that restarts a stopped manager tries again after).
+pub async fn try_create_admitted<K>(
+    ns: &TestNamespace,
+    value: serde_json::Value,
+) -> anyhow::Result<Option<K>>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    let obj: K = serde_json::from_value(value)?;
+    match ns.api::<K>().create(&Default::default(), &obj).await {
+        Ok(created) => Ok(Some(created)),
+        Err(kube::Error::Api(e)) if e.message.contains("failed calling webhook") => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Approves the plan `s` awaits (`status.plan`, by UID and fingerprint) as
@@ -133,9 +144,17 @@ pub async fn approve_schema(
     s: &operator::api::PtahSchema,
     name: &str,
 ) -> anyhow::Result<operator::api::PtahSchemaApproval> {
+    create_admitted(ns, schema_approval(s, name)?).await
+}
+
+/// The approval `name` of the plan `s` awaits (`status.plan`).
+pub fn schema_approval(
+    s: &operator::api::PtahSchema,
+    name: &str,
+) -> anyhow::Result<serde_json::Value> {
     let plan = s.status.as_ref().and_then(|st| st.plan.as_ref());
     let plan = plan.map(|p| (p.name.clone(), p.uid.clone(), p.fingerprint.clone()));
-    approve(ns, s, "PtahSchemaApproval", "schemaRef", plan, name).await
+    approval(s, "PtahSchemaApproval", "schemaRef", plan, name)
 }
 
 /// Approves the plan `m` awaits as the approval `name`, as a person would.
@@ -144,43 +163,37 @@ pub async fn approve_migration(
     m: &operator::api::PtahMigration,
     name: &str,
 ) -> anyhow::Result<operator::api::PtahMigrationApproval> {
+    create_admitted(ns, migration_approval(m, name)?).await
+}
+
+/// The approval `name` of the plan `m` awaits (`status.plan`).
+pub fn migration_approval(
+    m: &operator::api::PtahMigration,
+    name: &str,
+) -> anyhow::Result<serde_json::Value> {
     let plan = m.status.as_ref().and_then(|st| st.plan.as_ref());
     let plan = plan.map(|p| (p.name.clone(), p.uid.clone(), p.fingerprint.clone()));
-    approve(ns, m, "PtahMigrationApproval", "migrationRef", plan, name).await
+    approval(m, "PtahMigrationApproval", "migrationRef", plan, name)
 }
 
 /// An approval of kind `kind` of `plan` (name, UID, fingerprint) of `obj`.
-async fn approve<O, K>(
-    ns: &TestNamespace,
+fn approval<O: kube::Resource>(
     obj: &O,
     kind: &str,
     reference: &str,
     plan: Option<(String, String, String)>,
     name: &str,
-) -> anyhow::Result<K>
-where
-    O: kube::Resource,
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + std::fmt::Debug,
-    <K as kube::Resource>::DynamicType: Default,
-{
+) -> anyhow::Result<serde_json::Value> {
     use kube::ResourceExt;
     let (plan_name, plan_uid, fingerprint) = plan.context("status.plan")?;
-    create_admitted(
-        ns,
-        serde_json::json!({
-            "apiVersion": "operator.ptah.run/v1alpha1",
-            "kind": kind,
-            "metadata": {"name": name},
-            "spec": {
-                reference: {"name": obj.name_any(), "uid": obj.uid().unwrap_or_default()},
-                "planRef": {"name": plan_name, "uid": plan_uid},
-                "planFingerprint": fingerprint,
-            }
-        }),
-    )
-    .await
+    Ok(serde_json::json!({
+        "apiVersion": "operator.ptah.run/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": {
+            reference: {"name": obj.name_any(), "uid": obj.uid().unwrap_or_default()},
+            "planRef": {"name": plan_name, "uid": plan_uid},
+            "planFingerprint": fingerprint,
+        }
+    }))
 }
