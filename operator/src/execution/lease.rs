@@ -540,9 +540,7 @@ impl Leases {
                     },
                 );
             }
-            if !same_operation
-                && let Some(busy) = self.busy(&name, lease, operation_id, duration_seconds)
-            {
+            if let Some(busy) = self.busy(&name, lease, operation_id, duration_seconds) {
                 return Ok(busy);
             }
         }
