@@ -7,13 +7,24 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # As in test.sh: the same build, without incremental state.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
-# The Debian packages and the demo's tools while the Rust binaries build
-# beside them: neither keeps both cores busy throughout (downloads, links).
-bash conformance/setup.sh demo &
+target=${CARGO_TARGET_DIR:-target}
+bash conformance/setup.sh demo base
+# The tools InSync needs while the Rust binaries build beside them: neither
+# keeps both cores busy throughout (downloads, links).
+bash conformance/setup.sh demo tools &
 setup=$!
 trap 'kill "$setup" 2>/dev/null || true' EXIT
 cargo build --workspace --bins --quiet
 wait "$setup"
+# The tracing backend (about 5 minutes cold) builds while the demo runs: the
+# schema goes InSync without it, and the demo waits for this build only to
+# show a trace (`ptah-harness demo` reads these two variables).
+mkdir -p "$target"
+export PTAH_DEMO_TRACING_LOG=$target/demo-tracing-build.log
+bash conformance/setup.sh demo tracing >"$PTAH_DEMO_TRACING_LOG" 2>&1 &
+export PTAH_DEMO_TRACING_BUILD=$!
+trap 'kill "$PTAH_DEMO_TRACING_BUILD" 2>/dev/null || true' EXIT
+"$target"/debug/ptah-harness up
+"$target"/debug/ptah-harness demo
+wait "$PTAH_DEMO_TRACING_BUILD"
 trap - EXIT
-"${CARGO_TARGET_DIR:-target}"/debug/ptah-harness up
-"${CARGO_TARGET_DIR:-target}"/debug/ptah-harness demo

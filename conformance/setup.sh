@@ -2,18 +2,22 @@
 # Installs what a command needs on a fresh machine: Debian packages, and for
 # the tests the test runner and lints, and the pinned Go tools that command
 # uses (cached by pins).
-# Usage: setup.sh [demo|test] [all|base|tools]   (test and all by default)
+# Usage: setup.sh [demo|test] [all|base|tools|tracing]   (test and all by default)
 #   base: the Debian packages and, for the tests, rustfmt and clippy;
 #   tools: the test runner (tests) and the pinned Go tools. The test command
 #   runs `base` first, then `tools` beside its Rust build.
+#   tracing: the demo's tracing backend (Jaeger, about 5 minutes cold). The
+#   demo's `tools` leave it out: InSync does not wait on it, so the demo
+#   builds it while it runs and waits for it only to show a trace.
 # The demo needs no test runner and none of the tools only tests use (Flux,
 # Argo CD's health engine, helm, promtool, cosign, the registry).
 # Safe to run again: each step is skipped when what it makes is present.
 set -euo pipefail
 command=${1:-test}
 part=${2:-all}
-case $command in demo | test) ;; *) echo "usage: setup.sh [demo|test] [all|base|tools]" >&2; exit 2 ;; esac
-case $part in all | base | tools) ;; *) echo "usage: setup.sh [demo|test] [all|base|tools]" >&2; exit 2 ;; esac
+usage="usage: setup.sh [demo|test] [all|base|tools|tracing]"
+case $command in demo | test) ;; *) echo "$usage" >&2; exit 2 ;; esac
+case $part in all | base | tools | tracing) ;; *) echo "$usage" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/tools/pins.env"
 say() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -23,7 +27,7 @@ say() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # (gettext-base) for the harness examples; iproute2 (the process kubelet's
 # local route for Pod IPs) and python3 (the servers in the kubelet's network
 # tests).
-if [ "$part" != tools ]; then
+if [ "$part" = all ] || [ "$part" = base ]; then
 packages=(postgresql mariadb-server mariadb-client bubblewrap openssh-server openssh-client git curl gettext-base iproute2 python3)
 # The console's browser test: headless chromium through chromium-driver.
 [ "$command" = test ] && packages+=(chromium chromium-driver)
@@ -52,7 +56,7 @@ fi
 [ "$part" = base ] && exit 0
 
 runner=""
-if [ "$command" = test ]; then
+if [ "$command" = test ] && [ "$part" != tracing ]; then
   # The test runner builds beside the Go tools: neither keeps both cores
   # busy throughout (downloads, links).
   if ! cargo nextest --version 2>/dev/null | grep -q "$NEXTEST_VERSION"; then
@@ -62,8 +66,20 @@ if [ "$command" = test ]; then
   fi
 fi
 
-say "the pinned Go tools the $command uses (cached by their pins)"
-bash "$here/tools/build.sh" --for "$command" >/dev/null
+# The command's tools (as listed); the tracing backend is the
+# `tracing` part alone, and the demo's `tools` leave it to that part.
+read -ra listed <<<"$(bash "$here/tools/build.sh" --list "$command")"
+tools=()
+for t in "${listed[@]}"; do
+  if [ "$part" = tracing ]; then
+    [ "$t" = jaeger ] || continue
+  elif [ "$command:$part:$t" = demo:tools:jaeger ]; then
+    continue
+  fi
+  tools+=("$t")
+done
+say "the pinned Go tools the $command uses (cached by their pins): ${tools[*]}"
+bash "$here/tools/build.sh" "${tools[@]}" >/dev/null
 if [ -n "$runner" ]; then
   wait "$runner"
   say "cargo-nextest $NEXTEST_VERSION installed"

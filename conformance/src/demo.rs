@@ -33,8 +33,12 @@ fn job_finished() -> impl Condition<Job> {
 
 /// The demo on `harness`: the control plane's processes, a Job, and the
 /// operator taking a PtahSchema to `InSync`, its manager left running.
-/// Answers the commands it tells the reader to try next.
-pub async fn run(harness: &Harness) -> anyhow::Result<Vec<String>> {
+/// Answers the commands it tells the reader to try next. `tracing_build`
+/// is the tracing backend's build running beside it, if any.
+pub async fn run(
+    harness: &Harness,
+    tracing_build: Option<&TracingBuild>,
+) -> anyhow::Result<Vec<String>> {
     let client = harness.client().await?;
 
     step("the processes of the local control plane");
@@ -137,7 +141,7 @@ pub async fn run(harness: &Harness) -> anyhow::Result<Vec<String>> {
     }
     jobs.delete(&name, &DeleteParams::background()).await?;
 
-    operator(harness, &client).await?;
+    operator(harness, &client, tracing_build).await?;
 
     step("the databases (credentials stay in the harness's secrets directory)");
     use crate::testkit::database::{Engine, TestDatabase};
@@ -240,7 +244,11 @@ fn phase_words(phase: &str) -> &'static str {
 /// The operator on the harness: a PtahSchema whose schema is a ConfigMap,
 /// driven by a real manager process to `InSync` on a PostgreSQL database
 /// of its own.
-async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()> {
+async fn operator(
+    harness: &Harness,
+    client: &kube::Client,
+    tracing_build: Option<&TracingBuild>,
+) -> anyhow::Result<()> {
     use crate::testkit::database::{Engine, TestDatabase};
     use futures::StreamExt;
     use kube::api::{Patch, PatchParams};
@@ -397,14 +405,24 @@ async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()
     }
 
     step("the change, as its trace (kubectl ptah trace)");
-    match change_trace(harness, client).await {
-        Ok((text, picture)) => {
-            for line in text.lines() {
-                println!("  {line}");
+    match tracing_backend(harness, tracing_build).await? {
+        Tracing::Ran => match change_trace(harness, client).await {
+            Ok((text, picture)) => {
+                for line in text.lines() {
+                    println!("  {line}");
+                }
+                println!("  picture: {}", picture.display());
             }
-            println!("  picture: {}", picture.display());
-        }
-        Err(e) => println!("  (no trace to show: {e:#})"),
+            Err(e) => println!("  (no trace to show: {e:#})"),
+        },
+        Tracing::StartedAfter => println!(
+            "  the tracing backend runs now; this change's spans left the manager before it \
+             did, so the change you make next (below) is the first one traced"
+        ),
+        Tracing::Absent => println!(
+            "  (no tracing backend: `bash conformance/setup.sh demo tracing` builds it, \
+             and `target/debug/ptah-harness up` starts it)"
+        ),
     }
 
     step(&format!(
@@ -425,6 +443,86 @@ async fn operator(harness: &Harness, client: &kube::Client) -> anyhow::Result<()
     }
 
     Ok(())
+}
+
+/// Where the tracing backend was while the demo's change ran.
+enum Tracing {
+    /// It ran: the change's trace is there to read.
+    Ran,
+    /// It was built beside the demo and started after the change.
+    StartedAfter,
+    /// It is not built.
+    Absent,
+}
+
+/// The tracing backend's build that `demo.sh` runs beside the demo
+/// (`setup.sh demo tracing`): its pid and its log.
+pub struct TracingBuild {
+    pub pid: i32,
+    pub log: std::path::PathBuf,
+}
+
+impl TracingBuild {
+    /// What `demo.sh` exports: `PTAH_DEMO_TRACING_BUILD` (the pid) and
+    /// `PTAH_DEMO_TRACING_LOG`.
+    pub fn from_env() -> Option<Self> {
+        Some(Self {
+            pid: std::env::var("PTAH_DEMO_TRACING_BUILD")
+                .ok()?
+                .parse()
+                .ok()?,
+            log: std::env::var_os("PTAH_DEMO_TRACING_LOG")?.into(),
+        })
+    }
+}
+
+/// Where the tracing backend was while the change ran. With a build
+/// beside the demo, this waits for it, showing its progress, and starts
+/// what it built with `up`.
+async fn tracing_backend(
+    harness: &Harness,
+    build: Option<&TracingBuild>,
+) -> anyhow::Result<Tracing> {
+    if crate::service::running(&harness.state, crate::jaeger::SERVICE).is_some() {
+        return Ok(Tracing::Ran);
+    }
+    let Some(TracingBuild { pid, log }) = build else {
+        return Ok(Tracing::Absent);
+    };
+    // A build that ended is reaped by the shell that started it.
+    let alive = || nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), None).is_ok();
+    let started = std::time::Instant::now();
+    if alive() {
+        println!(
+            "  the tracing backend (Jaeger) is still building beside the demo, about 5 minutes \
+             cold on 2 cores (log: {})",
+            log.display()
+        );
+    }
+    let mut shown = String::new();
+    while alive() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // build.sh's own progress line, every 15 s.
+        let last = std::fs::read_to_string(log)
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .rev()
+                    .find(|l| l.starts_with("[tools"))
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        if last != shown {
+            println!("  {:>4} s  {last}", started.elapsed().as_secs());
+            shown = last;
+        }
+    }
+    if crate::jaeger::binary()?.is_none() {
+        bail!("the tracing backend's build failed; see {}", log.display());
+    }
+    println!("  built; starting it");
+    harness.up().await?;
+    Ok(Tracing::StartedAfter)
 }
 
 /// The service name of the demo's manager.

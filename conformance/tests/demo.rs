@@ -73,51 +73,87 @@ fn the_demo_builds_none_of_the_tools_only_tests_use() -> anyhow::Result<()> {
     // Each README command asks setup for its own set, and nothing else
     // starts a tool build.
     let root = tools::workspace_root();
-    for (script, command) in [("demo.sh", "demo"), ("test.sh", "test")] {
+    for (script, command, parts) in [
+        ("demo.sh", "demo", &["base", "tools", "tracing"][..]),
+        ("test.sh", "test", &["base", "tools"][..]),
+    ] {
         let text = std::fs::read_to_string(root.join("conformance").join(script))?;
-        let setups: Vec<&str> = text
+        // Each call without what follows it (` &`, a redirect).
+        let setups: Vec<String> = text
             .lines()
             .filter(|l| l.contains("setup.sh"))
-            .map(|l| l.trim_end_matches(" &"))
+            .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>().join(" "))
             .collect();
-        // Either the whole setup, or its base and then its tools (which
-        // the test command builds beside its Rust build).
-        let asked = format!("bash conformance/setup.sh {command}");
-        let parts = [format!("{asked} base"), format!("{asked} tools")];
-        assert!(
-            setups == [asked.as_str()] || setups == parts.each_ref().map(String::as_str),
-            "{script}: {setups:?}"
-        );
+        let asked: Vec<String> = parts
+            .iter()
+            .map(|p| format!("bash conformance/setup.sh {command} {p}"))
+            .collect();
+        assert_eq!(setups, asked, "{script}");
         assert!(!text.contains("build.sh"), "{script} builds tools itself");
     }
     let setup = std::fs::read_to_string(root.join("conformance/setup.sh"))?;
     let builds: Vec<&str> = setup.lines().filter(|l| l.contains("build.sh")).collect();
     assert_eq!(
         builds,
-        [r#"bash "$here/tools/build.sh" --for "$command" >/dev/null"#]
+        [
+            r#"read -ra listed <<<"$(bash "$here/tools/build.sh" --list "$command")""#,
+            r#"bash "$here/tools/build.sh" "${tools[@]}" >/dev/null"#
+        ]
     );
+    // The demo's parts split its set: InSync's tools, then the tracing
+    // backend while the demo runs.
+    assert_eq!(set_up("demo", "tools")?, ["etcd", "kubernetes", "ptah"]);
+    assert_eq!(set_up("demo", "tracing")?, ["jaeger"]);
     Ok(())
 }
 
+/// The tools `setup.sh COMMAND PART` builds, from its own line (they are
+/// built: the test command built them before its tests).
+fn set_up(command: &str, part: &str) -> anyhow::Result<Vec<String>> {
+    let out = Command::new("bash")
+        .arg(tools::workspace_root().join("conformance/setup.sh"))
+        .args([command, part])
+        .output()?;
+    let text = String::from_utf8(out.stderr)?;
+    anyhow::ensure!(out.status.success(), "setup.sh {command} {part}: {text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("[setup") && l.contains("pinned Go tools"))
+        .with_context(|| format!("no tools line in {text}"))?;
+    let (_, names) = line.rsplit_once(": ").context("no list")?;
+    Ok(names.split_whitespace().map(str::to_string).collect())
+}
+
+/// The demo as `demo.sh` runs it on a machine without the tracing backend:
+/// `up` skips it, the schema goes `InSync` while `setup.sh demo tracing`
+/// builds it (for real, into an empty tools cache; Go's build cache makes
+/// that a link), and the demo then starts it, so the closing edit's trace
+/// is read from it by `kubectl ptah trace`.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_demo_ends_in_sync_on_the_demo_tools_alone() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
+    let cache = dir.path().join("tools-cache");
+    let out = Command::new("bash")
+        .arg(tools::build_script())
+        .args(["--print-dir", "observability"])
+        .env("PTAH_TOOLS_CACHE", &cache)
+        .output()?;
+    anyhow::ensure!(out.status.success(), "build.sh --print-dir failed");
+    let observability = PathBuf::from(String::from_utf8(out.stdout)?.trim());
     let sets: [(&str, PathBuf); 3] = [
         ("PTAH_TOOLS_BIN", dir.path().join("control-plane")),
         ("PTAH_GITOPS_TOOLS_BIN", dir.path().join("gitops")),
-        (
-            "PTAH_OBSERVABILITY_TOOLS_BIN",
-            dir.path().join("observability"),
-        ),
+        ("PTAH_OBSERVABILITY_TOOLS_BIN", observability),
     ];
-    // The three sets' directories, holding what the demo's build makes.
+    // The control plane's set holds what the demo's tools part makes; the
+    // others are empty.
     let demo = listed("demo")?;
-    let (observability, control): (BTreeSet<String>, BTreeSet<String>) =
+    let (tracing, control): (BTreeSet<String>, BTreeSet<String>) =
         demo.into_iter().partition(|t| t == "jaeger");
+    assert_eq!(tracing, BTreeSet::from(["jaeger".to_string()]));
     link_tools(&sets[0].1, &control)?;
-    link_tools(&sets[2].1, &observability)?;
-    std::fs::create_dir_all(&sets[1].1)?;
     for (var, path) in &sets {
+        std::fs::create_dir_all(path)?;
         // SAFETY: nextest runs this test alone in its process, and the
         // runtime's workers read no environment before the harness starts.
         unsafe { std::env::set_var(var, path) };
@@ -130,18 +166,38 @@ async fn the_demo_ends_in_sync_on_the_demo_tools_alone() -> anyhow::Result<()> {
         Parts::default(),
     )
     .await?;
-    let running: Vec<String> = own
-        .harness
-        .status()
-        .into_iter()
-        .filter(|(_, pid)| pid.is_some())
-        .map(|(name, _)| name)
-        .collect();
-    for skipped in ["registry", "flux-source-controller"] {
-        assert!(!running.iter().any(|n| n == skipped), "{running:?}");
+    let running = |harness: &conformance::harness::Harness| -> Vec<String> {
+        harness
+            .status()
+            .into_iter()
+            .filter(|(_, pid)| pid.is_some())
+            .map(|(name, _)| name)
+            .collect()
+    };
+    for skipped in ["registry", "flux-source-controller", "jaeger"] {
+        assert!(
+            !running(own.harness).iter().any(|n| n == skipped),
+            "{skipped}"
+        );
     }
-    assert!(running.iter().any(|n| n == "jaeger"), "{running:?}");
-    let next = conformance::demo::run(own.harness).await?;
+    // demo.sh's tracing part, beside the demo.
+    let log = dir.path().join("tracing-build.log");
+    let output = std::fs::File::create(&log)?;
+    let mut build = Command::new("bash")
+        .arg(tools::workspace_root().join("conformance/setup.sh"))
+        .args(["demo", "tracing"])
+        .env("PTAH_TOOLS_CACHE", &cache)
+        .stdout(output.try_clone()?)
+        .stderr(output)
+        .spawn()?;
+    let pid = build.id() as i32;
+    // Reaped as the shell in demo.sh reaps it: when it ends.
+    let built = std::thread::spawn(move || build.wait());
+    let tracing_build = conformance::demo::TracingBuild { pid, log };
+    let next = conformance::demo::run(own.harness, Some(&tracing_build)).await?;
+    let status = built.join().expect("the build's waiter")?;
+    anyhow::ensure!(status.success(), "setup.sh demo tracing: {status}");
+    assert!(running(own.harness).iter().any(|n| n == "jaeger"));
     try_next(own.harness, &next).await
 }
 

@@ -57,7 +57,8 @@ async fn main() -> anyhow::Result<()> {
         }
         Cmd::Env => print!("{}", harness.env()?),
         Cmd::Demo => {
-            conformance::demo::run(&harness).await?;
+            let build = conformance::demo::TracingBuild::from_env();
+            conformance::demo::run(&harness, build.as_ref()).await?;
         }
         Cmd::Examples => examples(&harness).await?,
     }
