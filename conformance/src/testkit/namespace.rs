@@ -16,6 +16,24 @@ use serde_json::json;
 use crate::harness::Harness;
 use crate::testkit::wait::wait;
 
+/// A namespaced kind the test kit reads, waits on and deletes: what
+/// `Api::namespaced`, a typed get and a wait need of it.
+pub trait Stored:
+    kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType: Default>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Stored for K where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType: Default>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
 /// How a test's namespace is made.
 #[derive(Debug, Clone, Default)]
 pub struct NamespaceSpec {
@@ -152,12 +170,7 @@ impl TestNamespace {
     /// as a user would apply it.
     pub async fn create<K>(&self, value: serde_json::Value) -> anyhow::Result<K>
     where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug,
-        <K as kube::Resource>::DynamicType: Default,
+        K: Stored + serde::Serialize,
     {
         let obj: K = serde_json::from_value(value)?;
         Ok(self.api::<K>().create(&PostParams::default(), &obj).await?)
@@ -173,11 +186,7 @@ impl TestNamespace {
         ok: impl Fn(&K) -> bool,
     ) -> anyhow::Result<K>
     where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-        <K as kube::Resource>::DynamicType: Default,
+        K: Stored,
     {
         let api = self.api::<K>();
         patience
@@ -199,11 +208,7 @@ impl TestNamespace {
         patience: &crate::testkit::wait::Patience,
     ) -> anyhow::Result<()>
     where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-        <K as kube::Resource>::DynamicType: Default,
+        K: Stored,
     {
         let api = self.api::<K>();
         let all = kube::api::ListParams::default();

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use super::admission::{Configurations, Webhooks};
 use super::manager::{Manager, ManagerSpec, free_port};
-use super::namespace::TestNamespace;
+use super::namespace::{Stored, TestNamespace};
 use super::wait::Patience;
 
 /// Six Jobs one after the other, each run by the process kubelet.
@@ -69,11 +68,7 @@ impl Operator {
         done: impl Fn(&K) -> bool,
     ) -> anyhow::Result<K>
     where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug,
-        <K as kube::Resource>::DynamicType: Default,
+        K: Stored,
     {
         ns.until(&PATIENCE, name, what, done)
             .await
@@ -84,11 +79,7 @@ impl Operator {
     /// finalizers need it), then stops it.
     pub async fn finish<K>(self, ns: &TestNamespace) -> anyhow::Result<()>
     where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug,
-        <K as kube::Resource>::DynamicType: Default,
+        K: Stored,
     {
         ns.delete_all::<K>(&PATIENCE).await?;
         drop(self);
@@ -101,12 +92,7 @@ impl Operator {
 /// serves them from its start).
 pub async fn create_admitted<K>(ns: &TestNamespace, value: serde_json::Value) -> anyhow::Result<K>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + std::fmt::Debug,
-    <K as kube::Resource>::DynamicType: Default,
+    K: Stored + Serialize,
 {
     PATIENCE
         .poll("the object to be admitted", || {
@@ -122,12 +108,7 @@ pub async fn try_create_admitted<K>(
     value: serde_json::Value,
 ) -> anyhow::Result<Option<K>>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + std::fmt::Debug,
-    <K as kube::Resource>::DynamicType: Default,
+    K: Stored + Serialize,
 {
     let obj: K = serde_json::from_value(value)?;
     match ns.api::<K>().create(&Default::default(), &obj).await {
