@@ -21,6 +21,7 @@ use operator::api::status::PendingLockRelease;
 use operator::execution::lease::{
     ANNOTATION_LEASE_EPOCH, ANNOTATION_LEASE_OPERATION, Acquired, Continuity, Leases, lease_name,
 };
+use operator::execution::receiver::Addressee;
 use operator::lifecycle::read_request::sha256_hex;
 
 /// The shortest Lease a claim records (the CRD's minimum).
@@ -76,6 +77,19 @@ impl Scope {
     }
 }
 
+/// The resource an operation is for; the queue of waiters wakes it.
+fn resource_named(name: &str) -> Addressee {
+    Addressee {
+        kind: "PtahSchema".into(),
+        namespace: "shop".into(),
+        name: name.into(),
+    }
+}
+
+fn resource() -> Addressee {
+    resource_named("orders")
+}
+
 fn operation(n: u8) -> String {
     sha256_hex(&[n])
 }
@@ -114,7 +128,10 @@ async fn acquire_until_held(
     let mut before = Vec::new();
     let epoch = wait("the takeover of the realm Lease", TAKEOVER_TIMEOUT, async {
         loop {
-            match leases.acquire(digest, operation_id, DURATION).await? {
+            match leases
+                .acquire(digest, operation_id, DURATION, &resource())
+                .await?
+            {
                 Acquired::Held { epoch, .. } => return anyhow::Ok(epoch),
                 busy => {
                     before.push(busy);
@@ -137,7 +154,8 @@ async fn a_foreign_lease_is_taken_over_only_after_it_was_seen_unchanged_for_its_
     // Free: taken at once.
     let epoch_a = held(
         "first acquisition",
-        a.acquire(&scope.digest, &op_a, DURATION).await?,
+        a.acquire(&scope.digest, &op_a, DURATION, &resource())
+            .await?,
     )?;
     let lease = scope.lease().await?;
     let annotations = lease.metadata.annotations.clone().unwrap_or_default();
@@ -161,7 +179,9 @@ async fn a_foreign_lease_is_taken_over_only_after_it_was_seen_unchanged_for_its_
 
     // Another holder is Busy; a renewal by the holder starts its count again
     // (it saw the Lease change), so it is told to wait the full duration.
-    let first = b.acquire(&scope.digest, &op_b, DURATION).await?;
+    let first = b
+        .acquire(&scope.digest, &op_b, DURATION, &resource())
+        .await?;
     assert_eq!(
         first,
         Acquired::Busy {
@@ -175,7 +195,8 @@ async fn a_foreign_lease_is_taken_over_only_after_it_was_seen_unchanged_for_its_
             Continuity::Held
         );
         assert_eq!(
-            b.acquire(&scope.digest, &op_b, DURATION).await?,
+            b.acquire(&scope.digest, &op_b, DURATION, &resource())
+                .await?,
             Acquired::Busy {
                 holder: "manager-a".into(),
                 retry_after: Duration::from_secs(DURATION as u64),
@@ -234,7 +255,8 @@ async fn a_foreign_lease_is_taken_over_only_after_it_was_seen_unchanged_for_its_
     let c = scope.manager("manager-c");
     let epoch_c = held(
         "acquisition of a released Lease",
-        c.acquire(&scope.digest, &operation(3), DURATION).await?,
+        c.acquire(&scope.digest, &operation(3), DURATION, &resource())
+            .await?,
     )?;
     assert!(epoch_c != epoch_a && epoch_c != epoch_b);
     assert_eq!(scope.holder().await?.as_deref(), Some("manager-c"));
@@ -267,7 +289,8 @@ async fn an_old_wall_clock_renew_time_is_no_takeover() -> anyhow::Result<()> {
 
     let b = scope.manager("manager-b");
     assert_eq!(
-        b.acquire(&scope.digest, &operation(2), DURATION).await?,
+        b.acquire(&scope.digest, &operation(2), DURATION, &resource())
+            .await?,
         Acquired::Busy {
             holder: "manager-gone".into(),
             retry_after: Duration::from_secs(DURATION as u64),
@@ -293,17 +316,17 @@ async fn reacquisition_for_the_same_operation_keeps_its_epoch_by_any_manager() -
     let op = operation(1);
     let first = held(
         "first acquisition",
-        a.acquire(&scope.digest, &op, DURATION).await?,
+        a.acquire(&scope.digest, &op, DURATION, &resource()).await?,
     )?;
     // A restart of the holder, or a replica or another installation serving
     // the same stored claim: the claim's epoch, renewed, not a new one.
     let again = held(
         "re-acquisition by the holder",
-        a.acquire(&scope.digest, &op, DURATION).await?,
+        a.acquire(&scope.digest, &op, DURATION, &resource()).await?,
     )?;
     let other = held(
         "acquisition by another manager",
-        b.acquire(&scope.digest, &op, DURATION).await?,
+        b.acquire(&scope.digest, &op, DURATION, &resource()).await?,
     )?;
     assert_eq!(again, first, "the same operation keeps its epoch");
     assert_eq!(other, first, "whichever manager asks");
@@ -319,7 +342,8 @@ async fn reacquisition_for_the_same_operation_keeps_its_epoch_by_any_manager() -
     // Another operation is foreign to either manager: it waits.
     for m in [&a, &b] {
         assert!(matches!(
-            m.acquire(&scope.digest, &operation(2), DURATION).await?,
+            m.acquire(&scope.digest, &operation(2), DURATION, &resource())
+                .await?,
             Acquired::Busy { .. }
         ));
     }
@@ -338,7 +362,7 @@ async fn a_renewal_after_the_lease_lapsed_is_lost() -> anyhow::Result<()> {
     let op = operation(1);
     let epoch = held(
         "acquisition",
-        a.acquire(&scope.digest, &op, DURATION).await?,
+        a.acquire(&scope.digest, &op, DURATION, &resource()).await?,
     )?;
     // The last renewal a minute ago: the lock interval was interrupted.
     let long_ago = k8s_openapi::jiff::Timestamp::now()
@@ -356,7 +380,7 @@ async fn a_renewal_after_the_lease_lapsed_is_lost() -> anyhow::Result<()> {
     // ran under the old one is not read as held throughout.
     let anew = held(
         "acquisition of the lapsed Lease",
-        a.acquire(&scope.digest, &op, DURATION).await?,
+        a.acquire(&scope.digest, &op, DURATION, &resource()).await?,
     )?;
     assert_ne!(anew, epoch);
     assert_eq!(a.renew(&scope.digest, &op, &anew).await?, Continuity::Held);
@@ -368,9 +392,10 @@ async fn racing_acquirers_of_a_free_lease_one_wins() -> anyhow::Result<()> {
     let scope = Scope::new("race").await?;
     let (a, b) = (scope.manager("manager-a"), scope.manager("manager-b"));
     let (op_a, op_b) = (operation(1), operation(2));
+    let r = resource();
     let (ra, rb) = tokio::join!(
-        a.acquire(&scope.digest, &op_a, DURATION),
-        b.acquire(&scope.digest, &op_b, DURATION),
+        a.acquire(&scope.digest, &op_a, DURATION, &r),
+        b.acquire(&scope.digest, &op_b, DURATION, &r),
     );
     let held_by: Vec<&str> = [(ra?, "manager-a"), (rb?, "manager-b")]
         .iter()
@@ -404,5 +429,78 @@ async fn releasing_an_absent_lease_does_nothing() -> anyhow::Result<()> {
         .await?,
         Continuity::Lost
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_freed_lease_goes_to_the_operation_that_waited_longest() -> anyhow::Result<()> {
+    let scope = Scope::new("queue").await?;
+    let a = scope.manager("manager-a");
+    let (op1, op2, op3) = (operation(1), operation(2), operation(3));
+    let (r1, r2, r3) = (
+        resource_named("one"),
+        resource_named("two"),
+        resource_named("three"),
+    );
+    let epoch1 = held(
+        "first acquisition",
+        a.acquire(&scope.digest, &op1, DURATION, &r1).await?,
+    )?;
+    // Two more operations of this manager wait, two before three.
+    for (op, r) in [(&op2, &r2), (&op3, &r3), (&op2, &r2)] {
+        assert!(
+            matches!(
+                a.acquire(&scope.digest, op, DURATION, r).await?,
+                Acquired::Busy { ref holder, .. } if holder == "manager-a"
+            ),
+            "held for operation 1"
+        );
+    }
+    assert_eq!(a.waiting(), 2);
+    assert_eq!(
+        a.woken_by(&scope.lease().await?, false),
+        None,
+        "a held Lease wakes nobody"
+    );
+
+    // Released: the watch's copy wakes two, and three, asking first, waits.
+    a.release(&scope.release(&op1, &epoch1)).await?;
+    let released = scope.lease().await?;
+    assert_eq!(a.woken_by(&released, false), Some(r2.clone()));
+    assert_eq!(a.woken_by(&released, true), Some(r2.clone()), "deleted");
+    assert_eq!(
+        a.acquire(&scope.digest, &op3, DURATION, &r3).await?,
+        Acquired::Busy {
+            holder: format!("operation {op2}, which has waited longer"),
+            retry_after: Duration::from_secs(5),
+        }
+    );
+    assert_eq!(
+        scope.holder().await?,
+        None,
+        "the free Lease is left for two"
+    );
+    let epoch2 = held(
+        "the longest waiter",
+        a.acquire(&scope.digest, &op2, DURATION, &r2).await?,
+    )?;
+    assert_eq!(a.waiting(), 1);
+
+    // Then three, and nobody waits.
+    a.release(&scope.release(&op2, &epoch2)).await?;
+    assert_eq!(a.woken_by(&scope.lease().await?, false), Some(r3.clone()));
+    held(
+        "the next waiter",
+        a.acquire(&scope.digest, &op3, DURATION, &r3).await?,
+    )?;
+    assert_eq!(a.waiting(), 0);
+
+    // The queue is this manager's: another manager's operation is not held
+    // back by it (the Lease's own rules stand between managers).
+    let b = scope.manager("manager-b");
+    assert!(matches!(
+        b.acquire(&scope.digest, &operation(4), DURATION, &resource()).await?,
+        Acquired::Busy { ref holder, .. } if holder == "manager-a"
+    ));
     Ok(())
 }

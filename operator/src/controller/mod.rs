@@ -266,7 +266,19 @@ pub async fn run(ctx: Arc<Context>) {
         }
     };
     let mut shared = stores::start(&ctx.client, ns, flux);
-    let (leases, watch) = stores::realm_leases(&ctx.client, &ctx.config.coordination_namespace);
+    // A released Lease wakes the operation of this manager that has waited
+    // for it longest, not whichever pass comes next.
+    let waker = ctx.clone();
+    let (leases, watch) = stores::realm_leases(
+        &ctx.client,
+        &ctx.config.coordination_namespace,
+        move |lease, deleted| {
+            if let Some(who) = waker.leases.woken_by(lease, deleted) {
+                tracing::debug!(lease = %lease.name_any(), resource = %who.name, "a realm Lease is free: waking its oldest waiter");
+                waker.inbox.wake(&who);
+            }
+        },
+    );
     ctx.leases.watch(leases);
     shared.watches.push(watch);
     let watches = futures::future::join_all(shared.watches);

@@ -714,7 +714,7 @@ impl<F: Family> Pass<'_, F> {
         let acquired = self
             .ctx
             .leases
-            .acquire(&digest, &c.operation_id, secs)
+            .acquire(&digest, &c.operation_id, secs, &self.addressee())
             .await?;
         Ok(match acquired {
             Acquired::Held {

@@ -212,8 +212,13 @@ pub fn start(client: &Client, ns: Option<&str>, flux: bool) -> Shared {
 }
 
 /// The realm Leases of `coordination_namespace`, watched into a store of
-/// their own: nothing wakes on them, so nothing holds the watch back.
-pub fn realm_leases(client: &Client, coordination_namespace: &str) -> (Store<Lease>, Watch) {
+/// their own. No controller wakes on them, so nothing holds the watch back;
+/// `freed` is told of each Lease released or deleted (`true`).
+pub fn realm_leases(
+    client: &Client,
+    coordination_namespace: &str,
+    freed: impl Fn(&Lease, bool) + Send + 'static,
+) -> (Store<Lease>, Watch) {
     let (store, writer) = reflector::store();
     let api = Api::<Lease>::namespaced(client.clone(), coordination_namespace);
     let cfg = watcher::Config::default().labels(&crate::execution::lease::Leases::selector());
@@ -221,7 +226,14 @@ pub fn realm_leases(client: &Client, coordination_namespace: &str) -> (Store<Lea
         .default_backoff()
         .modify(trim)
         .reflect(writer)
-        .for_each(|e| log_error("Lease", e.err()));
+        .for_each(move |e| {
+            match &e {
+                Ok(watcher::Event::Apply(lease)) => freed(lease, false),
+                Ok(watcher::Event::Delete(lease)) => freed(lease, true),
+                _ => {}
+            }
+            log_error("Lease", e.err())
+        });
     (store, Box::pin(watch))
 }
 

@@ -8,11 +8,18 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{Value, json};
 
+/// 256 cases each, or `PROPTEST_CASES` for a longer sweep (proptest's
+/// default config reads it).
 pub fn config() -> ProptestConfig {
+    let default = ProptestConfig::default();
+    let cases = match std::env::var_os("PROPTEST_CASES") {
+        Some(_) => default.cases,
+        None => 256,
+    };
     ProptestConfig {
-        cases: 256,
+        cases,
         failure_persistence: None,
-        ..ProptestConfig::default()
+        ..default
     }
 }
 

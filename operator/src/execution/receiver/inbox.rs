@@ -138,6 +138,16 @@ impl Inbox {
         }
     }
 
+    /// Wakes `to`'s pass with nothing handed over (a realm Lease it waits
+    /// for is free); `false` when its kind's controller does not take.
+    pub fn wake(&self, to: &Addressee) -> bool {
+        let waker = lock(&self.wakers).get(&to.kind).cloned();
+        waker.is_some_and(|w| {
+            w.unbounded_send((to.namespace.clone(), to.name.clone()))
+                .is_ok()
+        })
+    }
+
     /// The result held for `to`'s claim (operation, attempt), if any.
     pub fn result(&self, to: &Addressee, operation_id: &str, attempt: i32) -> Option<StoredResult> {
         lock(&self.held)
@@ -291,5 +301,25 @@ mod tests {
         inbox.written(&to(), None);
         assert_eq!(first.await.expect("joined"), HandOver::Recorded);
         assert_eq!(again.await.expect("joined"), HandOver::Recorded);
+    }
+
+    #[tokio::test]
+    async fn a_wake_reaches_the_controller_of_its_kind() {
+        let inbox = Inbox::new();
+        assert!(!inbox.wake(&to()), "no controller takes yet");
+        let mut woken = inbox.take_for("PtahSchema");
+        assert!(inbox.wake(&to()));
+        assert_eq!(
+            woken.next().await,
+            Some(("shop".to_string(), "orders".to_string()))
+        );
+        let other = Addressee {
+            kind: "PtahMigration".into(),
+            ..to()
+        };
+        assert!(
+            !inbox.wake(&other),
+            "another kind's controller does not take"
+        );
     }
 }

@@ -17,6 +17,9 @@
 //!   with ours: clocks of two machines disagree, an `Instant` does not jump.
 //! * Every write carries a `resourceVersion` precondition, so two managers
 //!   racing for one Lease cannot both win.
+//! * This manager's operations take a Lease in the order they first waited
+//!   for it (`queue.rs`): a free Lease goes to the oldest waiter, which the
+//!   Lease watch wakes when it is released.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
@@ -32,7 +35,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::api::status::PendingLockRelease;
 use crate::execution::job::{LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY};
 use crate::execution::paced::Paced;
+use crate::execution::receiver::Addressee;
 use crate::protocol::receiver::content_sha256 as sha256_hex;
+
+mod queue;
+pub use queue::STOPPED_ASKING;
 
 /// Prefix of every realm Lease's name.
 pub const NAME_PREFIX: &str = "ptah-realm-";
@@ -51,6 +58,8 @@ const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 /// How often a Lease the watch shows held for another operation is read
 /// from the API server all the same (a watch may trail).
 const WATCH_TRUSTED: Duration = Duration::from_secs(60);
+/// When an operation the queue holds back asks again, unless woken first.
+const QUEUED_RETRY: Duration = Duration::from_secs(5);
 /// Writes tried before a Lease that keeps changing is reported contended.
 const WRITE_ATTEMPTS: u32 = 3;
 
@@ -113,6 +122,8 @@ pub struct Leases {
     watched: OnceLock<Store<Lease>>,
     /// When each Lease found held through the watch was last read.
     reads: Paced,
+    /// This manager's operations waiting for each Lease, oldest first.
+    waiting: Mutex<queue::Queue>,
 }
 
 /// A write of one of our Leases.
@@ -134,9 +145,11 @@ pub enum Acquired {
         /// The Lease's duration, in seconds.
         duration_seconds: i32,
     },
-    /// Another claim holds it; try again after `retry_after`.
+    /// Another claim holds it, or an operation of this manager has waited
+    /// for it longer; try again after `retry_after`.
     Busy {
-        /// Who holds it (`holderIdentity`), or who raced us to it.
+        /// Who holds it (`holderIdentity`), who raced us to it, or the
+        /// operation that waited longer.
         holder: String,
         /// How long until a takeover may be allowed, or a short retry after a
         /// lost write race.
@@ -260,6 +273,7 @@ impl Leases {
             ours: Mutex::new(HashMap::new()),
             watched: OnceLock::new(),
             reads: Paced::every(WATCH_TRUSTED),
+            waiting: Mutex::new(queue::Queue::default()),
         }
     }
 
@@ -274,6 +288,38 @@ impl Leases {
     /// only once the watch shows the Lease free.
     pub fn watch(&self, store: Store<Lease>) {
         let _ = self.watched.set(store);
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, queue::Queue> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `operation_id`, of `who`, waits for `name`: it keeps its place, or
+    /// joins the end.
+    fn waits(&self, name: &str, operation_id: &str, who: &Addressee, busy: Acquired) -> Acquired {
+        if matches!(busy, Acquired::Busy { .. }) {
+            self.queue().wait(name, operation_id, who, Instant::now());
+        } else {
+            self.queue().took(name, operation_id);
+        }
+        busy
+    }
+
+    /// Whom the watch wakes when it shows `lease` free (released, or
+    /// `deleted`): the operation of this manager that has waited longest.
+    pub fn woken_by(&self, lease: &Lease, deleted: bool) -> Option<Addressee> {
+        if !deleted && holder_of(lease).is_some() {
+            return None;
+        }
+        let name = lease.metadata.name.as_deref()?;
+        self.queue().next(name, Instant::now())
+    }
+
+    /// How many of this manager's operations wait for a realm Lease.
+    pub fn waiting(&self) -> usize {
+        self.queue().len()
     }
 
     /// `Busy`, when the watch shows `name` held for another operation, not
@@ -485,7 +531,25 @@ impl Leases {
     /// after this process observed it unchanged for its full
     /// `leaseDurationSeconds` on its monotonic clock, otherwise `Busy` with
     /// the time left. A lost write race is `Busy` with a short retry.
+    ///
+    /// A Lease this would take anew is left to the operation of this manager
+    /// that waited for it longer, if any still asks: `Busy`, and `who` (the
+    /// resource of `operation_id`) waits its turn.
     pub async fn acquire(
+        &self,
+        coordination_digest: &str,
+        operation_id: &str,
+        duration_seconds: i32,
+        who: &Addressee,
+    ) -> Result<Acquired, LeaseError> {
+        let name = lease_name(coordination_digest);
+        let acquired = self
+            .acquire_in_turn(coordination_digest, operation_id, duration_seconds)
+            .await?;
+        Ok(self.waits(&name, operation_id, who, acquired))
+    }
+
+    async fn acquire_in_turn(
         &self,
         coordination_digest: &str,
         operation_id: &str,
@@ -543,6 +607,12 @@ impl Leases {
             if let Some(busy) = self.busy(&name, lease, operation_id, duration_seconds) {
                 return Ok(busy);
             }
+        }
+        if let Some(first) = self.queue().ahead(&name, operation_id, Instant::now()) {
+            return Ok(Acquired::Busy {
+                holder: format!("operation {first}, which has waited longer"),
+                retry_after: QUEUED_RETRY,
+            });
         }
 
         let epoch = new_epoch(&name)?;
@@ -780,6 +850,14 @@ mod tests {
         leases
     }
 
+    fn who() -> Addressee {
+        Addressee {
+            kind: "PtahSchema".into(),
+            namespace: "shop".into(),
+            name: "orders".into(),
+        }
+    }
+
     fn held_for(name: &str, operation_id: &str) -> Lease {
         Lease {
             metadata: ObjectMeta {
@@ -817,10 +895,10 @@ mod tests {
         )));
         let leases = unreachable(store);
         // The first ask reads it (and fails here: nothing answers).
-        assert!(leases.acquire(&digest, "op-a", 600).await.is_err());
+        assert!(leases.acquire(&digest, "op-a", 600, &who()).await.is_err());
         // Within the minute the watch answers, with the time left.
         for _ in 0..3 {
-            match leases.acquire(&digest, "op-a", 600).await {
+            match leases.acquire(&digest, "op-a", 600, &who()).await {
                 Ok(Acquired::Busy {
                     holder,
                     retry_after,
@@ -844,14 +922,14 @@ mod tests {
             writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(seen));
             let leases = unreachable(store);
             for _ in 0..2 {
-                assert!(leases.acquire(&digest, "op-a", 600).await.is_err());
+                assert!(leases.acquire(&digest, "op-a", 600, &who()).await.is_err());
             }
         }
         // Nor is a Lease the watch has not shown answered from it.
         let (store, _writer) = kube::runtime::reflector::store();
         let leases = unreachable(store);
         for _ in 0..2 {
-            assert!(leases.acquire(&digest, "op-a", 600).await.is_err());
+            assert!(leases.acquire(&digest, "op-a", 600, &who()).await.is_err());
         }
     }
 }
