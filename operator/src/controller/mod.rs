@@ -55,7 +55,7 @@ use crate::api::source::FluxSourceKind;
 use crate::api::status::{ExecutionBinding, OperationStatus};
 use crate::execution::job::{Images, MANAGED_BY};
 use crate::execution::lease::Leases;
-use crate::execution::receiver::{Inbox, TokenKey};
+use crate::execution::receiver::{Addressee, Inbox, TokenKey};
 
 /// A place in the dispatch protocol where a test can stop the manager, right
 /// after the durable write that precedes it (`--fault-point`, test-only).
@@ -381,7 +381,14 @@ async fn family<K: Family>(
         .run(
             move |obj, ctx| {
                 let turns = turns.clone();
-                async move { turns::in_turn(&turns, || pass_current::<K>(obj, ctx)).await }
+                let first = ctx.leases.take_woken(&Addressee {
+                    kind: K::KIND.to_string(),
+                    namespace: obj.namespace().unwrap_or_default(),
+                    name: obj.name_any(),
+                });
+                async move {
+                    turns::in_turn_or_first(&turns, first, || pass_current::<K>(obj, ctx)).await
+                }
             },
             error_policy,
             ctx,

@@ -27,6 +27,23 @@ pub async fn in_turn<F: Future>(turns: &Semaphore, pass: impl FnOnce() -> F) -> 
     Box::pin(pass()).await
 }
 
+/// [`in_turn`], unless the pass is `first`: the oldest waiter for a realm
+/// Lease just released, woken to take it. That one runs at once: the Lease
+/// is kept for it, so every second it waits for a turn its database's
+/// Plans and Applies wait too (a p50 of 12 s under 1,000 schemas). At most
+/// one a released Lease, so they are few.
+pub async fn in_turn_or_first<F: Future>(
+    turns: &Semaphore,
+    first: bool,
+    pass: impl FnOnce() -> F,
+) -> F::Output {
+    if first {
+        Box::pin(pass()).await
+    } else {
+        in_turn(turns, pass).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -105,6 +122,24 @@ mod tests {
         again.await.unwrap();
         waiting.await.unwrap();
         assert_eq!(*log.lock().unwrap(), ["again", "waiting", "again", "again"]);
+    }
+
+    #[tokio::test]
+    async fn the_woken_waiter_of_a_released_lease_runs_while_every_turn_is_taken() {
+        let turns = turns(1);
+        let _held = turns.acquire().await.expect("the only turn");
+        let ran = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            in_turn_or_first(&turns, true, || async { "first" }),
+        )
+        .await;
+        assert_eq!(ran, Ok("first"));
+        let waited = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            in_turn_or_first(&turns, false, || async { "any other" }),
+        )
+        .await;
+        assert!(waited.is_err(), "any other pass waits for a turn");
     }
 
     #[test]

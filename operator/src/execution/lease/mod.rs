@@ -21,7 +21,7 @@
 //!   for it (`queue.rs`): a free Lease goes to the oldest waiter, which the
 //!   Lease watch wakes when it is released.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -124,6 +124,9 @@ pub struct Leases {
     reads: Paced,
     /// This manager's operations waiting for each Lease, oldest first.
     waiting: Mutex<queue::Queue>,
+    /// The resources woken to take a released Lease, whose pass has not
+    /// started yet.
+    woken: Mutex<HashSet<Addressee>>,
 }
 
 /// A write of one of our Leases.
@@ -274,6 +277,7 @@ impl Leases {
             watched: OnceLock::new(),
             reads: Paced::every(WATCH_TRUSTED),
             waiting: Mutex::new(queue::Queue::default()),
+            woken: Mutex::new(HashSet::new()),
         }
     }
 
@@ -314,7 +318,21 @@ impl Leases {
             return None;
         }
         let name = lease.metadata.name.as_deref()?;
-        self.queue().next(name, Instant::now())
+        let who = self.queue().next(name, Instant::now())?;
+        self.woken_set().insert(who.clone());
+        Some(who)
+    }
+
+    /// Whether `who`'s pass starts because a Lease it waits for was
+    /// released (once: the mark is taken): it goes before other passes.
+    pub fn take_woken(&self, who: &Addressee) -> bool {
+        self.woken_set().remove(who)
+    }
+
+    fn woken_set(&self) -> std::sync::MutexGuard<'_, HashSet<Addressee>> {
+        self.woken
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// How many of this manager's operations wait for a realm Lease.
@@ -544,12 +562,12 @@ impl Leases {
     ) -> Result<Acquired, LeaseError> {
         let name = lease_name(coordination_digest);
         let acquired = self
-            .acquire_in_turn(coordination_digest, operation_id, duration_seconds)
+            .try_acquire(coordination_digest, operation_id, duration_seconds)
             .await?;
         Ok(self.waits(&name, operation_id, who, acquired))
     }
 
-    async fn acquire_in_turn(
+    async fn try_acquire(
         &self,
         coordination_digest: &str,
         operation_id: &str,
