@@ -125,6 +125,9 @@ pub struct Context {
     pub token_key: Arc<TokenKey>,
     /// Reads' results the receiver hands over without storing them.
     pub inbox: Arc<Inbox>,
+    /// The passes woken to take a released realm Lease, which go before
+    /// any turn.
+    express: Arc<turns::Express<Addressee>>,
     /// The key admission signs stamps with (derived from the token key):
     /// an approval or acknowledgment it cannot verify counts for nothing.
     pub stamp_key: crate::admission::StampKey,
@@ -190,6 +193,7 @@ impl Context {
             stamp_key: crate::admission::StampKey::of(&token_key),
             token_key,
             inbox,
+            express: Default::default(),
             receiver_ca,
             recorder,
             backoff: error::Backoff::default(),
@@ -275,6 +279,9 @@ pub async fn run(ctx: Arc<Context>) {
         move |lease, deleted| {
             if let Some(who) = waker.leases.woken_by(lease, deleted) {
                 tracing::debug!(lease = %lease.name_any(), resource = %who.name, "a realm Lease is free: waking its oldest waiter");
+                // Its pass goes before any turn, whether it waits for one
+                // now or the wake starts it.
+                waker.express.wake(&who);
                 waker.inbox.wake(&who);
             }
         },
@@ -381,13 +388,16 @@ async fn family<K: Family>(
         .run(
             move |obj, ctx| {
                 let turns = turns.clone();
-                let first = ctx.leases.take_woken(&Addressee {
+                let who = Addressee {
                     kind: K::KIND.to_string(),
                     namespace: obj.namespace().unwrap_or_default(),
                     name: obj.name_any(),
-                });
+                };
                 async move {
-                    turns::in_turn_or_first(&turns, first, || pass_current::<K>(obj, ctx)).await
+                    let express = ctx.express.clone();
+                    express
+                        .in_turn(&turns, &who, || pass_current::<K>(obj, ctx))
+                        .await
                 }
             },
             error_policy,

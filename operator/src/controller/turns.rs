@@ -8,9 +8,12 @@
 //! served. The pass itself, the large future, is allocated only when its
 //! turn comes: a thousand waiting turns cost little memory.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 /// Turns for `limit` passes at once; `0` is unbounded.
 pub fn turns(limit: u16) -> Semaphore {
@@ -20,27 +23,58 @@ pub fn turns(limit: u16) -> Semaphore {
     })
 }
 
-/// Runs `pass` once a turn is free, in the order turns were asked for.
-pub async fn in_turn<F: Future>(turns: &Semaphore, pass: impl FnOnce() -> F) -> F::Output {
-    // The semaphore is never closed.
-    let _turn = turns.acquire().await.ok();
-    Box::pin(pass()).await
+/// The passes that go before any turn: the oldest waiter for a realm Lease
+/// just released, woken to take it. The Lease is kept for it, so every
+/// second it waits for a turn its database's Plans and Applies wait too (a
+/// p50 of 12–16 s under 1,000 schemas). A pass already waiting for its turn
+/// when it is woken stops waiting; one woken before its pass starts goes at
+/// once when it does. At most one a released Lease, so they are few.
+pub struct Express<K> {
+    passes: Mutex<HashMap<K, Arc<Notify>>>,
 }
 
-/// [`in_turn`], unless the pass is `first`: the oldest waiter for a realm
-/// Lease just released, woken to take it. That one runs at once: the Lease
-/// is kept for it, so every second it waits for a turn its database's
-/// Plans and Applies wait too (a p50 of 12 s under 1,000 schemas). At most
-/// one a released Lease, so they are few.
-pub async fn in_turn_or_first<F: Future>(
-    turns: &Semaphore,
-    first: bool,
-    pass: impl FnOnce() -> F,
-) -> F::Output {
-    if first {
+impl<K> Default for Express<K> {
+    fn default() -> Self {
+        Express {
+            passes: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone> Express<K> {
+    /// `who`'s pass goes before any turn: the one waiting now, or the next.
+    pub fn wake(&self, who: &K) {
+        self.notify(who).notify_one();
+    }
+
+    fn notify(&self, who: &K) -> Arc<Notify> {
+        let mut passes = self.passes.lock().unwrap_or_else(PoisonError::into_inner);
+        passes.entry(who.clone()).or_default().clone()
+    }
+
+    /// Runs `who`'s `pass` once a turn is free, in the order turns were
+    /// asked for, unless it is woken first (before or while it waits): then
+    /// at once.
+    pub async fn in_turn<F: Future>(
+        &self,
+        turns: &Semaphore,
+        who: &K,
+        pass: impl FnOnce() -> F,
+    ) -> F::Output {
+        let woken = self.notify(who);
+        let turn = tokio::select! {
+            biased;
+            () = woken.notified() => None,
+            // The semaphore is never closed.
+            turn = turns.acquire() => turn.ok(),
+        };
+        // A wake after this point is for the pass after this one.
+        self.passes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(who);
+        let _turn = turn;
         Box::pin(pass()).await
-    } else {
-        in_turn(turns, pass).await
     }
 }
 
@@ -49,6 +83,11 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+
+    /// A pass nothing wakes.
+    async fn in_turn<F: Future>(turns: &Semaphore, pass: impl FnOnce() -> F) -> F::Output {
+        Express::<()>::default().in_turn(turns, &(), pass).await
+    }
 
     /// Eight passes asking one after another under `limit` turns: the order
     /// they started in and the most that ran at once.
@@ -125,21 +164,45 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_woken_waiter_of_a_released_lease_runs_while_every_turn_is_taken() {
-        let turns = turns(1);
+    async fn a_pass_woken_for_a_released_lease_goes_before_every_turn() {
+        let (turns, express) = (Arc::new(turns(1)), Arc::new(Express::<&str>::default()));
         let _held = turns.acquire().await.expect("the only turn");
+        let within = |d| std::time::Duration::from_millis(d);
+
+        // Woken before its pass starts: it goes at once.
+        express.wake(&"early");
         let ran = tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            in_turn_or_first(&turns, true, || async { "first" }),
+            within(5000),
+            express.in_turn(&turns, &"early", || async { "early" }),
         )
         .await;
-        assert_eq!(ran, Ok("first"));
-        let waited = tokio::time::timeout(
-            std::time::Duration::from_millis(50),
-            in_turn_or_first(&turns, false, || async { "any other" }),
+        assert_eq!(ran, Ok("early"));
+        // Once: its next pass waits for a turn like any other.
+        let again =
+            tokio::time::timeout(within(50), express.in_turn(&turns, &"early", || async {})).await;
+        assert!(again.is_err(), "the wake is spent");
+
+        // Woken while it waits for a turn: it stops waiting.
+        let waiting = {
+            let (turns, express) = (turns.clone(), express.clone());
+            tokio::spawn(async move { express.in_turn(&turns, &"late", || async { "late" }).await })
+        };
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiting.is_finished(), "no turn is free");
+        express.wake(&"late");
+        let ran = tokio::time::timeout(within(5000), waiting).await;
+        assert_eq!(ran.expect("woken").expect("ran"), "late");
+
+        // Another's wake does not let it go.
+        express.wake(&"other");
+        let other = tokio::time::timeout(
+            within(50),
+            express.in_turn(&turns, &"not woken", || async {}),
         )
         .await;
-        assert!(waited.is_err(), "any other pass waits for a turn");
+        assert!(other.is_err(), "any other pass waits for a turn");
     }
 
     #[test]

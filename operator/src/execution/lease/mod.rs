@@ -21,7 +21,7 @@
 //!   for it (`queue.rs`): a free Lease goes to the oldest waiter, which the
 //!   Lease watch wakes when it is released.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -124,9 +124,6 @@ pub struct Leases {
     reads: Paced,
     /// This manager's operations waiting for each Lease, oldest first.
     waiting: Mutex<queue::Queue>,
-    /// The resources woken to take a released Lease, whose pass has not
-    /// started yet.
-    woken: Mutex<HashSet<Addressee>>,
 }
 
 /// A write of one of our Leases.
@@ -277,7 +274,6 @@ impl Leases {
             watched: OnceLock::new(),
             reads: Paced::every(WATCH_TRUSTED),
             waiting: Mutex::new(queue::Queue::default()),
-            woken: Mutex::new(HashSet::new()),
         }
     }
 
@@ -318,21 +314,7 @@ impl Leases {
             return None;
         }
         let name = lease.metadata.name.as_deref()?;
-        let who = self.queue().next(name, Instant::now())?;
-        self.woken_set().insert(who.clone());
-        Some(who)
-    }
-
-    /// Whether `who`'s pass starts because a Lease it waits for was
-    /// released (once: the mark is taken): it goes before other passes.
-    pub fn take_woken(&self, who: &Addressee) -> bool {
-        self.woken_set().remove(who)
-    }
-
-    fn woken_set(&self) -> std::sync::MutexGuard<'_, HashSet<Addressee>> {
-        self.woken
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.queue().next(name, Instant::now())
     }
 
     /// How many of this manager's operations wait for a realm Lease.
