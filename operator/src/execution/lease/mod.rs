@@ -422,6 +422,11 @@ impl Leases {
         }
     }
 
+    /// The Lease as the API server has it now; `None` when absent.
+    async fn read(&self, name: &str) -> Result<Option<Lease>, LeaseError> {
+        self.api.get_opt(name).await.map_err(self.kube_error(name))
+    }
+
     fn contended(&self, name: &str) -> LeaseError {
         LeaseError::Contended {
             namespace: self.namespace.clone(),
@@ -565,11 +570,7 @@ impl Leases {
         if let Some(busy) = self.busy_as_watched(&name, operation_id, duration_seconds) {
             return Ok(busy);
         }
-        let current = self
-            .api
-            .get_opt(&name)
-            .await
-            .map_err(self.kube_error(&name))?;
+        let current = self.read(&name).await?;
 
         let raced = |holder: Option<&str>| Acquired::Busy {
             holder: holder.unwrap_or("a concurrent writer").to_owned(),
@@ -696,12 +697,7 @@ impl Leases {
     ) -> Result<Continuity, LeaseError> {
         let name = lease_name(coordination_digest);
         for _ in 0..WRITE_ATTEMPTS {
-            let Some(mut lease) = self
-                .api
-                .get_opt(&name)
-                .await
-                .map_err(self.kube_error(&name))?
-            else {
+            let Some(mut lease) = self.read(&name).await? else {
                 return Ok(Continuity::Lost);
             };
             // The epoch is unique to one acquisition, whoever holds it now
@@ -746,12 +742,7 @@ impl Leases {
         let name = lease_name(&release.coordination_digest);
         self.forget_ours(&name);
         for _ in 0..WRITE_ATTEMPTS {
-            let Some(mut lease) = self
-                .api
-                .get_opt(&name)
-                .await
-                .map_err(self.kube_error(&name))?
-            else {
+            let Some(mut lease) = self.read(&name).await? else {
                 return Ok(());
             };
             // The epoch is unique to one acquisition: anything else belongs
