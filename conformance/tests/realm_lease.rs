@@ -458,7 +458,7 @@ async fn a_freed_lease_goes_to_the_operation_that_waited_longest() -> anyhow::Re
     }
     assert_eq!(a.waiting(), 2);
     assert_eq!(
-        a.woken_by(&scope.lease().await?, false),
+        a.freed(&scope.lease().await?, false),
         None,
         "a held Lease wakes nobody"
     );
@@ -466,8 +466,12 @@ async fn a_freed_lease_goes_to_the_operation_that_waited_longest() -> anyhow::Re
     // Released: the watch's copy wakes two, and three, asking first, waits.
     a.release(&scope.release(&op1, &epoch1)).await?;
     let released = scope.lease().await?;
-    assert_eq!(a.woken_by(&released, false), Some(r2.clone()));
-    assert_eq!(a.woken_by(&released, true), Some(r2.clone()), "deleted");
+    assert_eq!(a.freed(&released, false), Some(r2.clone()));
+    assert_eq!(
+        a.freed(&released, true),
+        None,
+        "two is woken once until it comes"
+    );
     assert_eq!(
         a.acquire(&scope.digest, &op3, DURATION, &r3).await?,
         Acquired::Busy {
@@ -488,7 +492,7 @@ async fn a_freed_lease_goes_to_the_operation_that_waited_longest() -> anyhow::Re
 
     // Then three, and nobody waits.
     a.release(&scope.release(&op2, &epoch2)).await?;
-    assert_eq!(a.woken_by(&scope.lease().await?, false), Some(r3.clone()));
+    assert_eq!(a.freed(&scope.lease().await?, false), Some(r3.clone()));
     held(
         "the next waiter",
         a.acquire(&scope.digest, &op3, DURATION, &r3).await?,

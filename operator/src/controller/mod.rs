@@ -270,20 +270,20 @@ pub async fn run(ctx: Arc<Context>) {
         }
     };
     let mut shared = stores::start(&ctx.client, ns, flux);
-    // A released Lease wakes the operation of this manager that has waited
-    // for it longest, not whichever pass comes next.
-    let waker = ctx.clone();
+    // A free Lease wakes the operation of this manager that has waited for
+    // it longest, not whichever pass comes next; its pass goes before any
+    // turn, whether it waits for one now or the wake starts it.
+    let (express, inbox) = (ctx.express.clone(), ctx.inbox.clone());
+    ctx.leases.wake_with(move |who| {
+        express.wake(who);
+        inbox.wake(who);
+    });
+    let watched = ctx.clone();
     let (leases, watch) = stores::realm_leases(
         &ctx.client,
         &ctx.config.coordination_namespace,
         move |lease, deleted| {
-            if let Some(who) = waker.leases.woken_by(lease, deleted) {
-                tracing::debug!(lease = %lease.name_any(), resource = %who.name, "a realm Lease is free: waking its oldest waiter");
-                // Its pass goes before any turn, whether it waits for one
-                // now or the wake starts it.
-                waker.express.wake(&who);
-                waker.inbox.wake(&who);
-            }
+            watched.leases.freed(lease, deleted);
         },
     );
     ctx.leases.watch(leases);

@@ -39,7 +39,7 @@ use crate::execution::receiver::Addressee;
 use crate::protocol::receiver::content_sha256 as sha256_hex;
 
 mod queue;
-pub use queue::STOPPED_ASKING;
+pub use queue::{STOPPED_ASKING, WOKEN_GRACE};
 
 /// Prefix of every realm Lease's name.
 pub const NAME_PREFIX: &str = "ptah-realm-";
@@ -124,7 +124,12 @@ pub struct Leases {
     reads: Paced,
     /// This manager's operations waiting for each Lease, oldest first.
     waiting: Mutex<queue::Queue>,
+    /// How the oldest waiter is woken when its Lease is free.
+    wake: OnceLock<Wake>,
 }
+
+/// How a waiter is woken (see [`Leases::wake_with`]).
+type Wake = Box<dyn Fn(&Addressee) + Send + Sync>;
 
 /// A write of one of our Leases.
 #[derive(Clone, Debug)]
@@ -274,6 +279,7 @@ impl Leases {
             watched: OnceLock::new(),
             reads: Paced::every(WATCH_TRUSTED),
             waiting: Mutex::new(queue::Queue::default()),
+            wake: OnceLock::new(),
         }
     }
 
@@ -307,14 +313,31 @@ impl Leases {
         busy
     }
 
-    /// Whom the watch wakes when it shows `lease` free (released, or
-    /// `deleted`): the operation of this manager that has waited longest.
-    pub fn woken_by(&self, lease: &Lease, deleted: bool) -> Option<Addressee> {
+    /// How a waiter is woken to take its free Lease (the manager's
+    /// controllers set it once).
+    pub fn wake_with(&self, wake: impl Fn(&Addressee) + Send + Sync + 'static) {
+        let _ = self.wake.set(Box::new(wake));
+    }
+
+    fn wake(&self, lease: &str, who: Option<Addressee>) -> Option<Addressee> {
+        let who = who?;
+        tracing::debug!(lease, resource = %who.name, "a realm Lease is free: waking its oldest waiter");
+        if let Some(wake) = self.wake.get() {
+            wake(&who);
+        }
+        Some(who)
+    }
+
+    /// The watch shows `lease` free (released, or `deleted`): the operation
+    /// of this manager that has waited longest is woken to take it; who
+    /// that is.
+    pub fn freed(&self, lease: &Lease, deleted: bool) -> Option<Addressee> {
         if !deleted && holder_of(lease).is_some() {
             return None;
         }
         let name = lease.metadata.name.as_deref()?;
-        self.queue().next(name, Instant::now())
+        let who = self.queue().next(name, Instant::now());
+        self.wake(name, who)
     }
 
     /// How many of this manager's operations wait for a realm Lease.
@@ -609,7 +632,11 @@ impl Leases {
                 return Ok(busy);
             }
         }
-        if let Some(first) = self.queue().ahead(&name, operation_id, Instant::now()) {
+        let ahead = self.queue().ahead(&name, operation_id, Instant::now());
+        if let Some((first, wake)) = ahead {
+            // Found free before the watch said so, or its waiter was not
+            // yet woken: it is now.
+            self.wake(&name, wake);
             return Ok(Acquired::Busy {
                 holder: format!("operation {first}, which has waited longer"),
                 retry_after: QUEUED_RETRY,
