@@ -388,11 +388,7 @@ async fn family<K: Family>(
         .run(
             move |obj, ctx| {
                 let turns = turns.clone();
-                let who = Addressee {
-                    kind: K::KIND.to_string(),
-                    namespace: obj.namespace().unwrap_or_default(),
-                    name: obj.name_any(),
-                };
+                let who = addressee(&*obj);
                 async move {
                     let express = ctx.express.clone();
                     express
@@ -410,6 +406,15 @@ async fn family<K: Family>(
             }
         })
         .await;
+}
+
+/// A resource as the receiver's hand-over and the realm Lease queue name it.
+fn addressee<K: Family>(obj: &K) -> Addressee {
+    Addressee {
+        kind: K::KIND.to_string(),
+        namespace: obj.namespace().unwrap_or_default(),
+        name: obj.name_any(),
+    }
 }
 
 /// A pass over the object as the store holds it when its turn comes (the

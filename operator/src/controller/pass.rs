@@ -228,11 +228,7 @@ impl<F: Family> Pass<'_, F> {
 
     /// The resource as the receiver's hand-over names it.
     fn addressee(&self) -> Addressee {
-        Addressee {
-            kind: F::KIND.to_string(),
-            namespace: self.ns.clone(),
-            name: self.name(),
-        }
+        super::addressee(&self.obj)
     }
 
     /// The resource's UID.

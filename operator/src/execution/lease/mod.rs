@@ -58,8 +58,6 @@ const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 /// How often a Lease the watch shows held for another operation is read
 /// from the API server all the same (a watch may trail).
 const WATCH_TRUSTED: Duration = Duration::from_secs(60);
-/// When an operation the queue holds back asks again, unless woken first.
-const QUEUED_RETRY: Duration = Duration::from_secs(5);
 /// Writes tried before a Lease that keeps changing is reported contended.
 const WRITE_ATTEMPTS: u32 = 3;
 
@@ -639,7 +637,9 @@ impl Leases {
             self.wake(&name, wake);
             return Ok(Acquired::Busy {
                 holder: format!("operation {first}, which has waited longer"),
-                retry_after: QUEUED_RETRY,
+                // Unless woken first, it asks again at the lifecycle's
+                // retry, as for a Lease held.
+                retry_after: crate::lifecycle::common::LEASE_RETRY,
             });
         }
 
