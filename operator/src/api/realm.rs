@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use super::common::pattern;
 
+/// How soon an undispatched claim asks again for a realm Lease it found held.
+/// Here, below both, so the lifecycle and the Lease queue name one figure.
+pub const LEASE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Whether a realm admits one claimant or several.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum RealmSharing {

@@ -639,7 +639,7 @@ impl Leases {
                 holder: format!("operation {first}, which has waited longer"),
                 // Unless woken first, it asks again at the lifecycle's
                 // retry, as for a Lease held.
-                retry_after: crate::lifecycle::common::LEASE_RETRY,
+                retry_after: crate::api::realm::LEASE_RETRY,
             });
         }
 

@@ -22,8 +22,7 @@ use crate::api::status::{ActiveOperation, OperationType, SourceBinding, binding_
 use crate::lifecycle::read_request::{self, Answer, ReadRequest, Running};
 use crate::protocol::naming::OwnerKind;
 
-/// How soon an undispatched claim asks again for a realm Lease it found held.
-pub const LEASE_RETRY: Duration = Duration::from_secs(5);
+pub use crate::api::realm::LEASE_RETRY;
 
 /// The spec fields both families read, borrowed from the resource.
 pub struct SpecCommon<'a> {
