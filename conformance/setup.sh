@@ -2,22 +2,23 @@
 # Installs what a command needs on a fresh machine: Debian packages, and for
 # the tests the test runner and lints, and the pinned Go tools that command
 # uses (cached by pins).
-# Usage: setup.sh [demo|test] [all|base|tools|tracing]   (test and all by default)
+# Usage: setup.sh [demo|test] [all|base|tools|later]   (test and all by default)
 #   base: the Debian packages and, for the tests, rustfmt and clippy;
 #   tools: the test runner (tests) and the pinned Go tools. The test command
 #   runs `base` first, then `tools` beside its Rust build.
-#   tracing: the demo's tracing backend (Jaeger, about 5 minutes cold). The
-#   demo's `tools` leave it out: InSync does not wait on it, so the demo
-#   builds it while it runs and waits for it only to show a trace.
+#   later: what the demo uses only after its schema is InSync: kubectl (for
+#   the commands it closes with) and the tracing backend (Jaeger, about 5
+#   minutes cold). The demo's `tools` leave them out, so the demo builds
+#   them while it runs and waits for them only to show its trace.
 # The demo needs no test runner and none of the tools only tests use (Flux,
 # Argo CD's health engine, helm, promtool, cosign, the registry).
 # Safe to run again: each step is skipped when what it makes is present.
 set -euo pipefail
 command=${1:-test}
 part=${2:-all}
-usage="usage: setup.sh [demo|test] [all|base|tools|tracing]"
+usage="usage: setup.sh [demo|test] [all|base|tools|later]"
 case $command in demo | test) ;; *) echo "$usage" >&2; exit 2 ;; esac
-case $part in all | base | tools | tracing) ;; *) echo "$usage" >&2; exit 2 ;; esac
+case $part in all | base | tools | later) ;; *) echo "$usage" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/tools/pins.env"
 say() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -56,24 +57,27 @@ fi
 [ "$part" = base ] && exit 0
 
 runner=""
-if [ "$command" = test ] && [ "$part" != tracing ]; then
+if [ "$command" = test ] && [ "$part" != later ]; then
   # The test runner builds beside the Go tools: neither keeps both cores
   # busy throughout (downloads, links).
   if ! cargo nextest --version 2>/dev/null | grep -q "$NEXTEST_VERSION"; then
     say "installing cargo-nextest $NEXTEST_VERSION beside the tools (about 10 minutes on 2 cores, once)"
-    cargo install --locked --quiet cargo-nextest --version "$NEXTEST_VERSION" &
+    # Without self-update (nextest's advice for CI builds): fewer crates.
+    cargo install --locked --quiet cargo-nextest --version "$NEXTEST_VERSION" \
+      --no-default-features --features default-no-update &
     runner=$!
   fi
 fi
 
-# The command's tools (as listed); the tracing backend is the
-# `tracing` part alone, and the demo's `tools` leave it to that part.
+# The command's tools (as listed); kubectl and the tracing backend are the
+# `later` part alone, and the demo's `tools` leave them to that part.
+later="kubectl jaeger"
 read -ra listed <<<"$(bash "$here/tools/build.sh" --list "$command")"
 tools=()
 for t in "${listed[@]}"; do
-  if [ "$part" = tracing ]; then
-    [ "$t" = jaeger ] || continue
-  elif [ "$command:$part:$t" = demo:tools:jaeger ]; then
+  if [ "$part" = later ]; then
+    [[ " $later " == *" $t "* ]] || continue
+  elif [ "$command:$part" = demo:tools ] && [[ " $later " == *" $t "* ]]; then
     continue
   fi
   tools+=("$t")

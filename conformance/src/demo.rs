@@ -33,11 +33,11 @@ fn job_finished() -> impl Condition<Job> {
 
 /// The demo on `harness`: the control plane's processes, a Job, and the
 /// operator taking a PtahSchema to `InSync`, its manager left running.
-/// Answers the commands it tells the reader to try next. `tracing_build`
-/// is the tracing backend's build running beside it, if any.
+/// Answers the commands it tells the reader to try next. `later_build` is
+/// the build of kubectl and the tracing backend running beside it, if any.
 pub async fn run(
     harness: &Harness,
-    tracing_build: Option<&TracingBuild>,
+    later_build: Option<&LaterBuild>,
 ) -> anyhow::Result<Vec<String>> {
     let client = harness.client().await?;
 
@@ -141,7 +141,7 @@ pub async fn run(
     }
     jobs.delete(&name, &DeleteParams::background()).await?;
 
-    operator(harness, &client, tracing_build).await?;
+    operator(harness, &client, later_build).await?;
 
     step("the databases (credentials stay in the harness's secrets directory)");
     use crate::testkit::database::{Engine, TestDatabase};
@@ -247,7 +247,7 @@ fn phase_words(phase: &str) -> &'static str {
 async fn operator(
     harness: &Harness,
     client: &kube::Client,
-    tracing_build: Option<&TracingBuild>,
+    later_build: Option<&LaterBuild>,
 ) -> anyhow::Result<()> {
     use crate::testkit::database::{Engine, TestDatabase};
     use futures::StreamExt;
@@ -405,7 +405,7 @@ async fn operator(
     }
 
     step("the change, as its trace (kubectl ptah trace)");
-    match tracing_backend(harness, tracing_build).await? {
+    match tracing_backend(harness, later_build).await? {
         Tracing::Ran => match change_trace(harness, client).await {
             Ok((text, picture)) => {
                 for line in text.lines() {
@@ -420,7 +420,7 @@ async fn operator(
              did, so the change you make next (below) is the first one traced"
         ),
         Tracing::Absent => println!(
-            "  (no tracing backend: `bash conformance/setup.sh demo tracing` builds it, \
+            "  (no tracing backend: `bash conformance/setup.sh demo later` builds it, \
              and `target/debug/ptah-harness up` starts it)"
         ),
     }
@@ -455,23 +455,21 @@ enum Tracing {
     Absent,
 }
 
-/// The tracing backend's build that `demo.sh` runs beside the demo
-/// (`setup.sh demo tracing`): its pid and its log.
-pub struct TracingBuild {
+/// The build of what the demo uses only after `InSync` (kubectl and the
+/// tracing backend) that `demo.sh` runs beside the demo (`setup.sh demo
+/// later`): its pid and its log.
+pub struct LaterBuild {
     pub pid: i32,
     pub log: std::path::PathBuf,
 }
 
-impl TracingBuild {
-    /// What `demo.sh` exports: `PTAH_DEMO_TRACING_BUILD` (the pid) and
-    /// `PTAH_DEMO_TRACING_LOG`.
+impl LaterBuild {
+    /// What `demo.sh` exports: `PTAH_DEMO_LATER_BUILD` (the pid) and
+    /// `PTAH_DEMO_LATER_LOG`.
     pub fn from_env() -> Option<Self> {
         Some(Self {
-            pid: std::env::var("PTAH_DEMO_TRACING_BUILD")
-                .ok()?
-                .parse()
-                .ok()?,
-            log: std::env::var_os("PTAH_DEMO_TRACING_LOG")?.into(),
+            pid: std::env::var("PTAH_DEMO_LATER_BUILD").ok()?.parse().ok()?,
+            log: std::env::var_os("PTAH_DEMO_LATER_LOG")?.into(),
         })
     }
 }
@@ -479,14 +477,11 @@ impl TracingBuild {
 /// Where the tracing backend was while the change ran. With a build
 /// beside the demo, this waits for it, showing its progress, and starts
 /// what it built with `up`.
-async fn tracing_backend(
-    harness: &Harness,
-    build: Option<&TracingBuild>,
-) -> anyhow::Result<Tracing> {
+async fn tracing_backend(harness: &Harness, build: Option<&LaterBuild>) -> anyhow::Result<Tracing> {
     if crate::service::running(&harness.state, crate::jaeger::SERVICE).is_some() {
         return Ok(Tracing::Ran);
     }
-    let Some(TracingBuild { pid, log }) = build else {
+    let Some(LaterBuild { pid, log }) = build else {
         return Ok(Tracing::Absent);
     };
     // A build that ended is reaped by the shell that started it.
@@ -494,8 +489,8 @@ async fn tracing_backend(
     let started = std::time::Instant::now();
     if alive() {
         println!(
-            "  the tracing backend (Jaeger) is still building beside the demo, about 5 minutes \
-             cold on 2 cores (log: {})",
+            "  kubectl and the tracing backend (Jaeger) are still building beside the demo, \
+             about 6 minutes cold on 2 cores (log: {})",
             log.display()
         );
     }

@@ -35,7 +35,6 @@ fn binaries(tool: &str) -> Vec<&str> {
             "kube-apiserver",
             "kube-controller-manager",
             "kube-scheduler",
-            "kubectl",
         ],
         "flux" => vec!["source-controller", "kustomize-controller"],
         other => vec![other],
@@ -74,7 +73,7 @@ fn the_demo_builds_none_of_the_tools_only_tests_use() -> anyhow::Result<()> {
     // starts a tool build.
     let root = tools::workspace_root();
     for (script, command, parts) in [
-        ("demo.sh", "demo", &["base", "tools", "tracing"][..]),
+        ("demo.sh", "demo", &["base", "tools", "later"][..]),
         ("test.sh", "test", &["base", "tools"][..]),
     ] {
         let text = std::fs::read_to_string(root.join("conformance").join(script))?;
@@ -100,10 +99,10 @@ fn the_demo_builds_none_of_the_tools_only_tests_use() -> anyhow::Result<()> {
             r#"bash "$here/tools/build.sh" "${tools[@]}" >/dev/null"#
         ]
     );
-    // The demo's parts split its set: InSync's tools, then the tracing
-    // backend while the demo runs.
+    // The demo's parts split its set: InSync's tools, then kubectl and the
+    // tracing backend while the demo runs.
     assert_eq!(set_up("demo", "tools")?, ["etcd", "kubernetes", "ptah"]);
-    assert_eq!(set_up("demo", "tracing")?, ["jaeger"]);
+    assert_eq!(set_up("demo", "later")?, ["kubectl", "jaeger"]);
     Ok(())
 }
 
@@ -124,33 +123,37 @@ fn set_up(command: &str, part: &str) -> anyhow::Result<Vec<String>> {
     Ok(names.split_whitespace().map(str::to_string).collect())
 }
 
-/// The demo as `demo.sh` runs it on a machine without the tracing backend:
-/// `up` skips it, the schema goes `InSync` while `setup.sh demo tracing`
-/// builds it (for real, into an empty tools cache; Go's build cache makes
-/// that a link), and the demo then starts it, so the closing edit's trace
-/// is read from it by `kubectl ptah trace`.
+/// The demo as `demo.sh` runs it on a machine without kubectl and the
+/// tracing backend: `up` skips the backend, the schema goes `InSync` while
+/// `setup.sh demo later` builds both (for real, into an empty tools cache;
+/// Go's build cache makes that a link), and the demo then starts the
+/// backend, so the closing commands run with the kubectl just built and the
+/// closing edit's trace is read from it by `kubectl ptah trace`.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_demo_ends_in_sync_on_the_demo_tools_alone() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let cache = dir.path().join("tools-cache");
-    let out = Command::new("bash")
-        .arg(tools::build_script())
-        .args(["--print-dir", "observability"])
-        .env("PTAH_TOOLS_CACHE", &cache)
-        .output()?;
-    anyhow::ensure!(out.status.success(), "build.sh --print-dir failed");
-    let observability = PathBuf::from(String::from_utf8(out.stdout)?.trim());
+    let print_dir = |set: &str| -> anyhow::Result<PathBuf> {
+        let out = Command::new("bash")
+            .arg(tools::build_script())
+            .args(["--print-dir", set])
+            .env("PTAH_TOOLS_CACHE", &cache)
+            .output()?;
+        anyhow::ensure!(out.status.success(), "build.sh --print-dir {set} failed");
+        Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+    };
     let sets: [(&str, PathBuf); 3] = [
-        ("PTAH_TOOLS_BIN", dir.path().join("control-plane")),
+        ("PTAH_TOOLS_BIN", print_dir("control-plane")?),
         ("PTAH_GITOPS_TOOLS_BIN", dir.path().join("gitops")),
-        ("PTAH_OBSERVABILITY_TOOLS_BIN", observability),
+        ("PTAH_OBSERVABILITY_TOOLS_BIN", print_dir("observability")?),
     ];
-    // The control plane's set holds what the demo's tools part makes; the
-    // others are empty.
+    // The control plane's set holds what the demo's tools part makes, and
+    // the later part builds kubectl beside it; the others are empty.
     let demo = listed("demo")?;
-    let (tracing, control): (BTreeSet<String>, BTreeSet<String>) =
-        demo.into_iter().partition(|t| t == "jaeger");
-    assert_eq!(tracing, BTreeSet::from(["jaeger".to_string()]));
+    let (later, control): (BTreeSet<String>, BTreeSet<String>) = demo
+        .into_iter()
+        .partition(|t| t == "kubectl" || t == "jaeger");
+    assert_eq!(later.len(), 2, "{later:?}");
     link_tools(&sets[0].1, &control)?;
     for (var, path) in &sets {
         std::fs::create_dir_all(path)?;
@@ -180,12 +183,12 @@ async fn the_demo_ends_in_sync_on_the_demo_tools_alone() -> anyhow::Result<()> {
             "{skipped}"
         );
     }
-    // demo.sh's tracing part, beside the demo.
-    let log = dir.path().join("tracing-build.log");
+    // demo.sh's later part, beside the demo.
+    let log = dir.path().join("later-build.log");
     let output = std::fs::File::create(&log)?;
     let mut build = Command::new("bash")
         .arg(tools::workspace_root().join("conformance/setup.sh"))
-        .args(["demo", "tracing"])
+        .args(["demo", "later"])
         .env("PTAH_TOOLS_CACHE", &cache)
         .stdout(output.try_clone()?)
         .stderr(output)
@@ -193,10 +196,11 @@ async fn the_demo_ends_in_sync_on_the_demo_tools_alone() -> anyhow::Result<()> {
     let pid = build.id() as i32;
     // Reaped as the shell in demo.sh reaps it: when it ends.
     let built = std::thread::spawn(move || build.wait());
-    let tracing_build = conformance::demo::TracingBuild { pid, log };
-    let next = conformance::demo::run(own.harness, Some(&tracing_build)).await?;
+    let later_build = conformance::demo::LaterBuild { pid, log };
+    let next = conformance::demo::run(own.harness, Some(&later_build)).await?;
     let status = built.join().expect("the build's waiter")?;
-    anyhow::ensure!(status.success(), "setup.sh demo tracing: {status}");
+    anyhow::ensure!(status.success(), "setup.sh demo later: {status}");
+    assert!(sets[0].1.join("kubectl").is_file(), "kubectl not built");
     assert!(running(own.harness).iter().any(|n| n == "jaeger"));
     try_next(own.harness, &next).await
 }

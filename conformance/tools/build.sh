@@ -3,7 +3,7 @@
 # into a cache directory keyed by the pins, and prints that bin directory.
 # Usage: build.sh [--print-dir [gitops|observability]] [--list demo|test]
 #                 [--for demo|test] [tool...]
-#   control plane (pins.env):          etcd kubernetes registry cosign helm ptah
+#   control plane (pins.env):          etcd kubernetes kubectl registry cosign helm ptah
 #   GitOps (gitops.env):               flux argocd-health
 #   observability (observability.env): jaeger promtool
 # Each set has its own cache directory, keyed by its own pins file, so adding
@@ -26,8 +26,8 @@ observability_key=observability-$(sha256sum <"$here/observability.env" | cut -c1
 # The tools each command uses.
 tools_for() {
   case $1 in
-    demo) echo "etcd kubernetes ptah jaeger" ;;
-    test) echo "etcd kubernetes registry cosign helm ptah flux argocd-health jaeger promtool" ;;
+    demo) echo "etcd kubernetes ptah kubectl jaeger" ;;
+    test) echo "etcd kubernetes kubectl registry cosign helm ptah flux argocd-health jaeger promtool" ;;
     *) echo "unknown command: $1 (demo or test)" >&2; return 2 ;;
   esac
 }
@@ -35,7 +35,7 @@ tools_for() {
 # (docs/performance.md), for the progress lines.
 expected_seconds() {
   case $1 in
-    etcd) echo 59 ;; kubernetes) echo 306 ;; registry) echo 78 ;;
+    etcd) echo 59 ;; kubernetes) echo 242 ;; kubectl) echo 20 ;; registry) echo 78 ;;
     cosign) echo 163 ;; helm) echo 130 ;; ptah) echo 107 ;; flux) echo 235 ;;
     argocd-health) echo 209 ;; jaeger) echo 313 ;; promtool) echo 71 ;;
     *) echo 0 ;;
@@ -101,18 +101,22 @@ build_etcd() {
     go build -ldflags '$strip' -o '$bin/etcd.tmp' go.etcd.io/etcd/server/v3 && mv '$bin/etcd.tmp' '$bin/etcd'"
 }
 
-build_kubernetes() {
-  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+# Kubernetes' binaries: the control plane's three (tool `kubernetes`), or
+# kubectl (tool `kubectl`, which only the commands a person types use, so the
+# demo builds it after its schema is InSync). Both from one pinned module.
+build_kubernetes() { # tool binary...
+  local tool=$1; shift
+  local want=("$@")
   local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
   local staging=v0.${KUBERNETES_VERSION#v1.}
   local ld=$strip
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld="$ld -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
   done
-  with_progress kubernetes bash -c "
+  with_progress "$tool" bash -c "
     set -euo pipefail
     $(declare -f tool_module); root=$root
-    tool_module kubernetes
+    tool_module $tool
     # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them
     # with local paths; pin each one it requires to the matching release.
     curl -fsS https://proxy.golang.org/k8s.io/kubernetes/@v/$KUBERNETES_VERSION.mod 2>/dev/null >upstream.mod \
@@ -129,9 +133,9 @@ build_kubernetes() {
     for b in ${want[*]}; do
       [ -x '$bin/'\$b ] || pkgs=\"\$pkgs k8s.io/kubernetes/cmd/\$b\"
     done
-    rm -rf '$root/bin.tmp'; mkdir -p '$root/bin.tmp'
-    go build -ldflags '$ld' -o '$root/bin.tmp/' \$pkgs
-    mv '$root'/bin.tmp/* '$bin/'"
+    rm -rf '$root/bin.tmp-$tool'; mkdir -p '$root/bin.tmp-$tool'
+    go build -ldflags '$ld' -o '$root/bin.tmp-$tool/' \$pkgs
+    mv '$root'/bin.tmp-$tool/* '$bin/'"
 }
 
 build_simple() { # name module-path package version [build tags]
@@ -237,7 +241,7 @@ build_promtool() {
 is_built() {
   local c=$cache/$key/bin g=$cache/$gitops_key g2=$cache/$observability_key/bin
   case $1 in
-    kubernetes) [ -x "$c/kube-apiserver" ] && [ -x "$c/kube-controller-manager" ] && [ -x "$c/kube-scheduler" ] && [ -x "$c/kubectl" ] ;;
+    kubernetes) [ -x "$c/kube-apiserver" ] && [ -x "$c/kube-controller-manager" ] && [ -x "$c/kube-scheduler" ] ;;
     flux) [ -x "$g/bin/source-controller" ] && [ -x "$g/bin/kustomize-controller" ] && [ -d "$g/crds" ] ;;
     argocd-health) [ -x "$g/bin/argocd-health" ] ;;
     jaeger | promtool) [ -x "$g2/$1" ] ;;
@@ -251,7 +255,8 @@ build_one() {
     flux) build_flux ;;
     argocd-health) build_argocd_health ;;
     etcd) build_etcd ;;
-    kubernetes) build_kubernetes ;;
+    kubernetes) build_kubernetes kubernetes kube-apiserver kube-controller-manager kube-scheduler ;;
+    kubectl) build_kubernetes kubectl kubectl ;;
     registry) build_simple registry github.com/distribution/distribution/v3 github.com/distribution/distribution/v3/cmd/registry "$DISTRIBUTION_VERSION" ;;
     cosign) build_simple cosign github.com/sigstore/cosign/v3 github.com/sigstore/cosign/v3/cmd/cosign "$COSIGN_VERSION" ;;
     helm) build_simple helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm "$HELM_VERSION" ;;

@@ -57,7 +57,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Cmd::Env => print!("{}", harness.env()?),
         Cmd::Demo => {
-            let build = conformance::demo::TracingBuild::from_env();
+            let build = conformance::demo::LaterBuild::from_env();
             conformance::demo::run(&harness, build.as_ref()).await?;
         }
         Cmd::Examples => examples(&harness).await?,
