@@ -71,13 +71,13 @@ fi
 
 # The command's tools (as listed); kubectl and the tracing backend are the
 # `later` part alone, and the demo's `tools` leave them to that part.
-later="kubectl jaeger"
+later() { [ "$1" = kubectl ] || [ "$1" = jaeger ]; }
 read -ra listed <<<"$(bash "$here/tools/build.sh" --list "$command")"
 tools=()
 for t in "${listed[@]}"; do
   if [ "$part" = later ]; then
-    [[ " $later " == *" $t "* ]] || continue
-  elif [ "$command:$part" = demo:tools ] && [[ " $later " == *" $t "* ]]; then
+    later "$t" || continue
+  elif [ "$command:$part" = demo:tools ] && later "$t"; then
     continue
   fi
   tools+=("$t")

@@ -23,7 +23,7 @@ use crate::protocol::naming::OwnerKind;
 
 mod machinery;
 pub(crate) use machinery::machinery;
-pub use machinery::{ClaimExtras, InputMove, LEASE_RETRY, Machinery, SpecCommon};
+pub use machinery::{ClaimExtras, InputMove, Machinery, SpecCommon};
 
 /// A realm re-check is due at least this often while a realm refuses.
 pub const REALM_RECHECK: Duration = Duration::from_secs(60);

@@ -22,7 +22,7 @@ use crate::api::status::{ActiveOperation, OperationType, SourceBinding, binding_
 use crate::lifecycle::read_request::{self, Answer, ReadRequest, Running};
 use crate::protocol::naming::OwnerKind;
 
-pub use crate::api::realm::LEASE_RETRY;
+use crate::api::realm::LEASE_RETRY;
 
 /// The spec fields both families read, borrowed from the resource.
 pub struct SpecCommon<'a> {
