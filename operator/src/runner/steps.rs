@@ -958,10 +958,8 @@ async fn verify_oci(a: VerifyOciArgs) -> Result<StepOutput, StepError> {
     let evidence = verification::verify(&source, &digest, kind, &policy)
         .await
         .map_err(|f| match f {
-            VerifyFailure::Refused(r) => {
-                let message = format!("refused by {}: {}", r.rule, r.reason);
-                StepError::refused(r.rule, None, message)
-            }
+            // Display names the rule once: "refused by <rule>: <reason>".
+            VerifyFailure::Refused(r) => StepError::refused(r.rule, None, r.reason),
             // A read that failed, retried after failureRetryInterval.
             VerifyFailure::Unavailable(_) => StepError::failed(f.to_string()),
         })?;

@@ -140,15 +140,21 @@ impl OciError {
 
 /// Whether `error` (a registry client's, or anything in its chain) says the
 /// registry could not be reached or could not answer now: no connection, a
-/// connection cut, a timeout, a 5xx or 429 answer.
+/// connection cut before or during the answer, a timeout, a 5xx or 429 answer.
 pub fn unavailable(error: &(dyn std::error::Error + 'static)) -> bool {
     use oci_client::errors::OciDistributionError as E;
     use std::io::ErrorKind as K;
     let busy = |code: u16| code >= 500 || code == 429;
     let mut cause = Some(error);
     while let Some(e) = cause {
+        // reqwest's request kind is the transport failing before an answer
+        // (a connection closed before the message completed); a registry
+        // that answered shows a status instead.
         if let Some(r) = e.downcast_ref::<reqwest::Error>()
-            && (r.is_connect() || r.is_timeout() || r.status().is_some_and(|s| busy(s.as_u16())))
+            && (r.is_connect()
+                || r.is_timeout()
+                || r.is_request()
+                || r.status().is_some_and(|s| busy(s.as_u16())))
         {
             return true;
         }
@@ -1183,6 +1189,43 @@ mod tests {
             assert!(!unavailable(&answered), "{answered}");
         }
         assert!(!unavailable(&Error::other("not a transport error")));
+    }
+
+    /// A registry that closes the connection before its answer, or halfway
+    /// through a blob, is away, not a registry that answered: the fault sweep
+    /// saw a signature blob cut this way read as "no signature".
+    #[tokio::test]
+    async fn a_connection_cut_before_or_during_the_answer_is_unavailable() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v2/", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            // The first connection is closed once the request is in.
+            let (mut first, _) = listener.accept().await.unwrap();
+            let _ = first.read(&mut [0; 1024]).await;
+            drop(first);
+            // The second answers 100 bytes' worth of headers and sends 10.
+            let (mut second, _) = listener.accept().await.unwrap();
+            let _ = second.read(&mut [0; 1024]).await;
+            second
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789")
+                .await
+                .unwrap();
+            drop(second);
+        });
+        let client = reqwest::Client::new();
+        let closed = client.get(&url).send().await.unwrap_err();
+        assert!(unavailable(&closed), "{closed:?}");
+        let mut answer = client.get(&url).send().await.unwrap();
+        let cut = loop {
+            match answer.chunk().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("a body cut short ended as if whole"),
+                Err(e) => break e,
+            }
+        };
+        assert!(unavailable(&cut), "{cut:?}");
+        server.await.unwrap();
     }
 
     #[test]
