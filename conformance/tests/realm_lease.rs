@@ -17,6 +17,7 @@ use serde_json::json;
 
 use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
 use conformance::testkit::wait::wait;
+use operator::api::realm::LEASE_RETRY;
 use operator::api::status::PendingLockRelease;
 use operator::execution::lease::{
     ANNOTATION_LEASE_EPOCH, ANNOTATION_LEASE_OPERATION, Acquired, Continuity, Leases, lease_name,
@@ -236,7 +237,7 @@ async fn a_foreign_lease_is_taken_over_only_after_it_was_seen_unchanged_for_its_
     );
 
     // A release under A's stale epoch does nothing.
-    a.release(&scope.release(&op_a, &epoch_a)).await?;
+    a.release(&scope.release(&op_a, &epoch_a), None).await?;
     assert_eq!(scope.holder().await?.as_deref(), Some("manager-b"));
     assert_eq!(
         b.renew(&scope.digest, &op_b, &epoch_b).await?,
@@ -245,9 +246,9 @@ async fn a_foreign_lease_is_taken_over_only_after_it_was_seen_unchanged_for_its_
 
     // A release under the current epoch frees it, keeping the object, and is
     // idempotent; a third manager then takes it at once.
-    b.release(&scope.release(&op_b, &epoch_b)).await?;
+    b.release(&scope.release(&op_b, &epoch_b), None).await?;
     assert_eq!(scope.holder().await?, None, "released: no holder");
-    b.release(&scope.release(&op_b, &epoch_b)).await?;
+    b.release(&scope.release(&op_b, &epoch_b), None).await?;
     assert_eq!(
         b.renew(&scope.digest, &op_b, &epoch_b).await?,
         Continuity::Lost
@@ -411,8 +412,11 @@ async fn racing_acquirers_of_a_free_lease_one_wins() -> anyhow::Result<()> {
 async fn releasing_an_absent_lease_does_nothing() -> anyhow::Result<()> {
     let scope = Scope::new("absent").await?;
     let a = scope.manager("manager-a");
-    a.release(&scope.release(&operation(1), &format!("v1-{}", "a".repeat(32))))
-        .await?;
+    a.release(
+        &scope.release(&operation(1), &format!("v1-{}", "a".repeat(32))),
+        None,
+    )
+    .await?;
     assert!(
         scope
             .leases()
@@ -464,7 +468,7 @@ async fn a_freed_lease_goes_to_the_operation_that_waited_longest() -> anyhow::Re
     );
 
     // Released: the watch's copy wakes two, and three, asking first, waits.
-    a.release(&scope.release(&op1, &epoch1)).await?;
+    a.release(&scope.release(&op1, &epoch1), None).await?;
     let released = scope.lease().await?;
     assert_eq!(a.freed(&released, false), Some(r2.clone()));
     assert_eq!(
@@ -476,7 +480,7 @@ async fn a_freed_lease_goes_to_the_operation_that_waited_longest() -> anyhow::Re
         a.acquire(&scope.digest, &op3, DURATION, &r3).await?,
         Acquired::Busy {
             holder: format!("operation {op2}, which has waited longer"),
-            retry_after: Duration::from_secs(5),
+            retry_after: LEASE_RETRY,
         }
     );
     assert_eq!(
@@ -491,7 +495,7 @@ async fn a_freed_lease_goes_to_the_operation_that_waited_longest() -> anyhow::Re
     assert_eq!(a.waiting(), 1);
 
     // Then three, and nobody waits.
-    a.release(&scope.release(&op2, &epoch2)).await?;
+    a.release(&scope.release(&op2, &epoch2), None).await?;
     assert_eq!(a.freed(&scope.lease().await?, false), Some(r3.clone()));
     held(
         "the next waiter",
@@ -506,5 +510,111 @@ async fn a_freed_lease_goes_to_the_operation_that_waited_longest() -> anyhow::Re
         b.acquire(&scope.digest, &operation(4), DURATION, &resource()).await?,
         Acquired::Busy { ref holder, .. } if holder == "manager-a"
     ));
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_apply_that_follows_its_own_plan_keeps_the_plans_place() -> anyhow::Result<()> {
+    let scope = Scope::new("follows").await?;
+    let a = scope.manager("manager-a");
+    let (plan, waiter, apply) = (operation(1), operation(2), operation(3));
+    let (one, two) = (resource_named("one"), resource_named("two"));
+    let epoch = held(
+        "one's Plan",
+        a.acquire(&scope.digest, &plan, DURATION, &one).await?,
+    )?;
+    assert!(matches!(
+        a.acquire(&scope.digest, &waiter, DURATION, &two).await?,
+        Acquired::Busy { .. }
+    ));
+    // One's Plan releases the Lease with one's Apply to follow at once.
+    a.release(&scope.release(&plan, &epoch), Some(&one)).await?;
+    assert_eq!(scope.holder().await?, None, "released");
+    let released = scope.lease().await?;
+    assert_eq!(
+        a.freed(&released, false),
+        None,
+        "nobody is woken for a Lease kept for an Apply"
+    );
+    assert_eq!(
+        a.acquire(&scope.digest, &waiter, DURATION, &two).await?,
+        Acquired::Busy {
+            holder: format!("the apply that follows plan operation {plan}"),
+            retry_after: LEASE_RETRY,
+        }
+    );
+    let apply_epoch = held(
+        "one's Apply, a new operation, in the Plan's place",
+        a.acquire(&scope.digest, &apply, DURATION, &one).await?,
+    )?;
+    assert_eq!(a.waiting(), 1, "two still waits");
+    // The Apply's release (and its proof's) then wakes two.
+    a.release(&scope.release(&apply, &apply_epoch), None)
+        .await?;
+    assert_eq!(a.freed(&scope.lease().await?, false), Some(two.clone()));
+    held(
+        "two, next",
+        a.acquire(&scope.digest, &waiter, DURATION, &two).await?,
+    )?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_watchs_copy_stands_in_for_a_read_and_a_stale_one_is_refused() -> anyhow::Result<()> {
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+    let scope = Scope::new("watched").await?;
+    // Manager a's watch, fed by hand with copies read at chosen moments.
+    let (store, mut watch) = reflector::store::<Lease>();
+    let a = scope.manager("manager-a");
+    a.watch(store);
+    let b = scope.manager("manager-b");
+    let (op1, op2, op3) = (operation(1), operation(2), operation(3));
+    let r = resource();
+
+    let epoch1 = held(
+        "absent",
+        a.acquire(&scope.digest, &op1, DURATION, &r).await?,
+    )?;
+    let taken = scope.lease().await?;
+    watch.apply_watcher_event(&Event::Apply(taken.clone()));
+    // Released over the watch's copy.
+    a.release(&scope.release(&op1, &epoch1), None).await?;
+    assert_eq!(scope.holder().await?, None);
+    let free = scope.lease().await?;
+    watch.apply_watcher_event(&Event::Apply(free.clone()));
+
+    // B takes it; a's watch still shows it free: a's write over that copy
+    // is refused by its resourceVersion, and b keeps it.
+    let epoch2 = held("free", b.acquire(&scope.digest, &op2, DURATION, &r).await?)?;
+    assert!(
+        matches!(
+            a.acquire(&scope.digest, &op3, DURATION, &r).await?,
+            Acquired::Busy { .. }
+        ),
+        "a stale free copy does not take a held Lease"
+    );
+    assert_eq!(scope.holder().await?.as_deref(), Some("manager-b"));
+    let lease = scope.lease().await?;
+    let epoch_now = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_LEASE_EPOCH).cloned());
+    assert_eq!(epoch_now.as_deref(), Some(epoch2.as_str()));
+
+    // A's watch shows b's hold; b releases, and a, releasing the same
+    // epoch from its stale copy (a replica serving the same claim), is
+    // refused by the precondition, reads, and writes nothing more.
+    watch.apply_watcher_event(&Event::Apply(lease.clone()));
+    b.release(&scope.release(&op2, &epoch2), None).await?;
+    let after_b = scope.lease().await?;
+    a.release(&scope.release(&op2, &epoch2), None).await?;
+    let after_a = scope.lease().await?;
+    assert_eq!(
+        after_a.metadata.resource_version, after_b.metadata.resource_version,
+        "nothing written over a Lease already released"
+    );
+    assert_eq!(after_a.spec.and_then(|s| s.holder_identity), None);
     Ok(())
 }

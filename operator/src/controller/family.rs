@@ -126,6 +126,11 @@ pub trait Family:
     fn recorded_coordination(_st: &Self::Status) -> Option<String> {
         None
     }
+    /// An Apply follows at once, with no decision to wait for: a Lease
+    /// released now is kept for it ahead of the waiters.
+    fn apply_follows(_st: &Self::Status) -> bool {
+        false
+    }
     /// A proof of an Apply is owed (the Apply's Lease is still held for it).
     fn proof_owed(_st: &Self::Status) -> bool {
         false

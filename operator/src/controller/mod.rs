@@ -273,10 +273,21 @@ pub async fn run(ctx: Arc<Context>) {
     // A free Lease wakes the operation of this manager that has waited for
     // it longest, not whichever pass comes next; its pass goes before any
     // turn, whether it waits for one now or the wake starts it.
+    // One that does not come within the grace (its claim dropped, its
+    // resource deleted) gives way to the next then, not at the next's ask.
     let (express, inbox) = (ctx.express.clone(), ctx.inbox.clone());
-    ctx.leases.wake_with(move |who| {
+    let later = Arc::downgrade(&ctx);
+    ctx.leases.wake_with(move |lease, who| {
         express.wake(who);
         inbox.wake(who);
+        let (ctx, lease) = (later.clone(), lease.to_owned());
+        tokio::spawn(async move {
+            let grace = crate::execution::lease::WOKEN_GRACE;
+            tokio::time::sleep(grace + std::time::Duration::from_millis(100)).await;
+            if let Some(ctx) = ctx.upgrade() {
+                ctx.leases.still_free(&lease, std::time::Instant::now());
+            }
+        });
     });
     let watched = ctx.clone();
     let (leases, watch) = stores::realm_leases(

@@ -728,12 +728,14 @@ impl<F: Family> Pass<'_, F> {
         .into())
     }
 
-    /// Releases a staged Lease, then clears the stage.
     /// Releases a staged Lease. Status forgets the release with its next
     /// write, not with one of its own: until then a pass releases it again,
-    /// which finds the epoch gone and writes nothing.
+    /// which finds the epoch gone and writes nothing. An Apply that follows
+    /// the releasing Plan at once keeps the Plan's place at the Lease.
     async fn release(&mut self, release: &PendingLockRelease) -> Result<(), Error> {
-        self.ctx.leases.release(release).await?;
+        let followed_by = F::apply_follows(&self.status()).then(|| self.addressee());
+        let leases = &self.ctx.leases;
+        leases.release(release, followed_by.as_ref()).await?;
         if let Some(st) = self.obj.status_mut()
             && st.pending_lock_release() == Some(release)
         {

@@ -729,7 +729,7 @@ pub async fn release_held(
         })
     });
     for release in held.iter().chain(owed) {
-        ctx.leases.release(release).await?;
+        ctx.leases.release(release, None).await?;
     }
     Ok(())
 }

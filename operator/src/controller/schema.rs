@@ -91,6 +91,12 @@ impl Family for PtahSchema {
         matches!(c.type_, OperationType::Plan | OperationType::Apply)
     }
 
+    /// A plan applied without an approval (or approved already): its
+    /// Apply is claimed at the next pass.
+    fn apply_follows(st: &PtahSchemaStatus) -> bool {
+        st.phase == Some(SchemaPhase::ReadyToApply) && st.active_operation.is_none()
+    }
+
     /// The proof reads under the Apply's Lease: it was acquired for the
     /// Apply's operation, which the owed proof records.
     fn lease_holder<'s>(st: &'s PtahSchemaStatus, c: &'s ActiveOperation) -> &'s str {

@@ -1855,7 +1855,8 @@ fn apply_waiting_for_lease_asks_again() {
         4,
     );
     let fx = run(&mut m, Observation::LeaseLost, 5);
-    assert!(fx.contains(&Effect::RequeueAt(at(10))));
+    let retry = crate::api::realm::LEASE_RETRY.as_secs() as i64;
+    assert!(fx.contains(&Effect::RequeueAt(at(5 + retry))));
     assert!(!started(&fx, OperationType::Apply));
     let ready = st(&m)
         .conditions
@@ -1867,7 +1868,7 @@ fn apply_waiting_for_lease_asks_again() {
         ready.starts_with("the apply waits for its database's realm Lease"),
         "the Ready message says what it waits for: {ready:?}"
     );
-    let fx = run(&mut m, Observation::Pass, 10);
+    let fx = run(&mut m, Observation::Pass, 5 + retry);
     assert!(fx.iter().any(|e| matches!(e, Effect::AcquireLease { .. })));
     assert!(entries(&m, JournalEntryType::ApprovalAccepted).is_empty());
 }

@@ -400,7 +400,8 @@ fn a_plan_waiting_for_its_lease_says_so_and_asks_again() {
     let mut s = observing();
     run(&mut s, Observation::DriftObserved(target(1, 3)), 2);
     let fx = run(&mut s, Observation::LeaseLost, 3);
-    assert!(fx.contains(&Effect::RequeueAt(at(8))));
+    let retry = crate::api::realm::LEASE_RETRY.as_secs() as i64;
+    assert!(fx.contains(&Effect::RequeueAt(at(3 + retry))));
     assert!(!started(&fx, OperationType::Plan));
     assert_eq!(phase(&s), Some(SchemaPhase::Planning));
     let ready = conditions::get(&st(&s).conditions, C::Ready).expect("Ready");

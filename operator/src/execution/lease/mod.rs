@@ -19,7 +19,15 @@
 //!   racing for one Lease cannot both win.
 //! * This manager's operations take a Lease in the order they first waited
 //!   for it (`queue.rs`): a free Lease goes to the oldest waiter, which the
-//!   Lease watch wakes when it is released.
+//!   Lease watch wakes when it is released; one woken that does not come
+//!   within [`WOKEN_GRACE`] gives way to the next ([`Leases::still_free`]).
+//! * Copies stand in for a read where a stale one cannot mislead: a Lease
+//!   the watch shows held elsewhere is `Busy` (read once a minute all the
+//!   same); one it shows free, unless this process holds it by a later
+//!   write, is taken over the watch's copy; and a release is written over
+//!   the copy this process last wrote or read under the epoch (else the
+//!   watch's). The precondition refuses a stale copy, and the Lease is
+//!   read then. A Lease taken and released costs two writes and no read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
@@ -39,7 +47,7 @@ use crate::execution::receiver::Addressee;
 use crate::protocol::receiver::content_sha256 as sha256_hex;
 
 mod queue;
-pub use queue::{STOPPED_ASKING, WOKEN_GRACE};
+pub use queue::{FOLLOWS_GRACE, STOPPED_ASKING, WOKEN_GRACE};
 
 /// Prefix of every realm Lease's name.
 pub const NAME_PREFIX: &str = "ptah-realm-";
@@ -116,6 +124,10 @@ pub struct Leases {
     /// Our own Leases by name: the epoch last written and when, on this
     /// process's monotonic clock, with its duration.
     ours: Mutex<HashMap<String, Written>>,
+    /// The epoch this process last released each Lease under: a pass
+    /// releases again until status forgets the release, and an epoch
+    /// released is never held again, so that asks nothing.
+    released: Mutex<HashMap<String, String>>,
     /// The realm Leases as the manager's watch keeps them, once it runs.
     watched: OnceLock<Store<Lease>>,
     /// When each Lease found held through the watch was last read.
@@ -126,8 +138,8 @@ pub struct Leases {
     wake: OnceLock<Wake>,
 }
 
-/// How a waiter is woken (see [`Leases::wake_with`]).
-type Wake = Box<dyn Fn(&Addressee) + Send + Sync>;
+/// How a waiter is woken to take a Lease, by name (see [`Leases::wake_with`]).
+type Wake = Box<dyn Fn(&str, &Addressee) + Send + Sync>;
 
 /// A write of one of our Leases.
 #[derive(Clone, Debug)]
@@ -136,6 +148,10 @@ struct Written {
     epoch: String,
     at: std::time::Instant,
     duration: Duration,
+    /// The Lease as this process last wrote or read it under the epoch:
+    /// its release is written over it without a read (a later write by
+    /// anyone else fails the precondition, and the Lease is read then).
+    lease: Lease,
 }
 
 /// The outcome of [`Leases::acquire`].
@@ -247,6 +263,11 @@ fn holder_of(lease: &Lease) -> Option<&str> {
         .filter(|h| !h.is_empty())
 }
 
+/// Held, under `epoch`.
+fn held_under(lease: &Lease, epoch: &str) -> bool {
+    annotation(lease, ANNOTATION_LEASE_EPOCH) == Some(epoch) && holder_of(lease).is_some()
+}
+
 /// Late by our own wall clock (or without the times to tell): another
 /// manager may already have taken it over and let it go again, so the
 /// interval is nobody's.
@@ -274,6 +295,7 @@ impl Leases {
             holder: holder.to_owned(),
             foreign: Mutex::new(HashMap::new()),
             ours: Mutex::new(HashMap::new()),
+            released: Mutex::new(HashMap::new()),
             watched: OnceLock::new(),
             reads: Paced::every(WATCH_TRUSTED),
             waiting: Mutex::new(queue::Queue::default()),
@@ -306,14 +328,15 @@ impl Leases {
         if matches!(busy, Acquired::Busy { .. }) {
             self.queue().wait(name, operation_id, who, Instant::now());
         } else {
-            self.queue().took(name, operation_id);
+            self.queue().took(name, operation_id, who);
         }
         busy
     }
 
     /// How a waiter is woken to take its free Lease (the manager's
-    /// controllers set it once).
-    pub fn wake_with(&self, wake: impl Fn(&Addressee) + Send + Sync + 'static) {
+    /// controllers set it once). Whoever sets it calls
+    /// [`Leases::still_free`] [`WOKEN_GRACE`] after each wake.
+    pub fn wake_with(&self, wake: impl Fn(&str, &Addressee) + Send + Sync + 'static) {
         let _ = self.wake.set(Box::new(wake));
     }
 
@@ -321,9 +344,32 @@ impl Leases {
         let who = who?;
         tracing::debug!(lease, resource = %who.name, "a realm Lease is free: waking its oldest waiter");
         if let Some(wake) = self.wake.get() {
-            wake(&who);
+            wake(lease, &who);
         }
         Some(who)
+    }
+
+    /// The Lease `name` as the watch shows it, once the watch runs.
+    fn as_watched(&self, name: &str) -> Option<Lease> {
+        let lease = self
+            .watched
+            .get()?
+            .get(&ObjectRef::new(name).within(&self.namespace))?;
+        Some(Lease::clone(&lease))
+    }
+
+    /// `WOKEN_GRACE` after a wake, at `now`: when the watch still shows
+    /// `name` free (or gone), the waiter woken did not come, and the next
+    /// one is woken now rather than at its own next ask; whom.
+    pub fn still_free(&self, name: &str, now: Instant) -> Option<Addressee> {
+        if self
+            .as_watched(name)
+            .is_some_and(|lease| holder_of(&lease).is_some())
+        {
+            return None;
+        }
+        let who = self.queue().next(name, now);
+        self.wake(name, who)
     }
 
     /// The watch shows `lease` free (released, or `deleted`): the operation
@@ -389,22 +435,54 @@ impl Leases {
         })
     }
 
-    /// Remembers our write of `name` for the operation under `epoch`, now.
-    fn wrote(&self, name: &str, operation_id: &str, epoch: &str, duration_seconds: i32) {
+    fn released(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.released.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn ours(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
+        self.ours.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remembers our write of `name` for the operation under `epoch`, now:
+    /// `lease`, as the API server answered it.
+    fn wrote(
+        &self,
+        name: &str,
+        operation_id: &str,
+        epoch: &str,
+        duration_seconds: i32,
+        lease: Lease,
+    ) {
         let written = Written {
             operation_id: operation_id.to_owned(),
             epoch: epoch.to_owned(),
             at: Instant::now(),
             duration: Duration::from_secs(u64::from(duration_seconds.unsigned_abs())),
+            lease,
         };
-        let mut ours = self.ours.lock().unwrap_or_else(|p| p.into_inner());
-        ours.insert(name.to_owned(), written);
+        self.ours().insert(name.to_owned(), written);
     }
 
-    /// Forgets our last write of `name`: it is released, or no longer ours.
-    fn forget_ours(&self, name: &str) {
-        let mut ours = self.ours.lock().unwrap_or_else(|p| p.into_inner());
-        ours.remove(name);
+    /// Our Lease `name`, read as `lease` and still under our epoch: the
+    /// newest copy of it (not a write, so not a fresher hold).
+    fn read_ours(&self, name: &str, lease: &Lease) {
+        if let Some(w) = self.ours().get_mut(name)
+            && annotation(lease, ANNOTATION_LEASE_EPOCH) == Some(w.epoch.as_str())
+        {
+            w.lease = lease.clone();
+        }
+    }
+
+    /// Forgets our last write of `name`: it is released, or no longer ours;
+    /// what it was.
+    fn forget_ours(&self, name: &str) -> Option<Written> {
+        self.ours().remove(name)
+    }
+
+    /// Whether this process holds `name` by its own last write: a copy
+    /// the watch shows free is older than that write.
+    fn holds(&self, name: &str) -> bool {
+        self.ours().contains_key(name)
     }
 
     /// Whether this process wrote `name` under `epoch` within a third of
@@ -412,8 +490,7 @@ impl Leases {
     /// over since (a takeover waits the whole duration), so it is still held
     /// without asking the API server.
     fn fresh(&self, name: &str, operation_id: &str, epoch: &str) -> bool {
-        let ours = self.ours.lock().unwrap_or_else(|p| p.into_inner());
-        ours.get(name).is_some_and(|w| {
+        self.ours().get(name).is_some_and(|w| {
             w.operation_id == operation_id && w.epoch == epoch && w.at.elapsed() < w.duration / 3
         })
     }
@@ -570,7 +647,7 @@ impl Leases {
     ) -> Result<Acquired, LeaseError> {
         let name = lease_name(coordination_digest);
         let acquired = self
-            .try_acquire(coordination_digest, operation_id, duration_seconds)
+            .try_acquire(coordination_digest, operation_id, duration_seconds, who)
             .await?;
         Ok(self.waits(&name, operation_id, who, acquired))
     }
@@ -580,6 +657,7 @@ impl Leases {
         coordination_digest: &str,
         operation_id: &str,
         duration_seconds: i32,
+        who: &Addressee,
     ) -> Result<Acquired, LeaseError> {
         let name = lease_name(coordination_digest);
         if !(MIN_DURATION_SECONDS..=MAX_DURATION_SECONDS).contains(&duration_seconds) {
@@ -591,7 +669,21 @@ impl Leases {
         if let Some(busy) = self.busy_as_watched(&name, operation_id, duration_seconds) {
             return Ok(busy);
         }
-        let current = self.read(&name).await?;
+        // A Lease the watch shows free goes to an older waiter without a
+        // read, or is written over the watch's copy: the write's
+        // resourceVersion precondition refuses a copy gone stale.
+        let free = self
+            .as_watched(&name)
+            .filter(|lease| holder_of(lease).is_none() && !self.holds(&name));
+        if free.is_some()
+            && let Some(busy) = self.older_waiter(&name, operation_id, who)
+        {
+            return Ok(busy);
+        }
+        let current = match free {
+            Some(lease) => Some(lease),
+            None => self.read(&name).await?,
+        };
 
         let raced = |holder: Option<&str>| Acquired::Busy {
             holder: holder.unwrap_or("a concurrent writer").to_owned(),
@@ -630,17 +722,8 @@ impl Leases {
                 return Ok(busy);
             }
         }
-        let ahead = self.queue().ahead(&name, operation_id, Instant::now());
-        if let Some((first, wake)) = ahead {
-            // Found free before the watch said so, or its waiter was not
-            // yet woken: it is now.
-            self.wake(&name, wake);
-            return Ok(Acquired::Busy {
-                holder: format!("operation {first}, which has waited longer"),
-                // Unless woken first, it asks again at the lifecycle's
-                // retry, as for a Lease held.
-                retry_after: crate::api::realm::LEASE_RETRY,
-            });
+        if let Some(busy) = self.older_waiter(&name, operation_id, who) {
+            return Ok(busy);
         }
 
         let epoch = new_epoch(&name)?;
@@ -661,9 +744,9 @@ impl Leases {
             self.api.create(&PostParams::default(), &lease).await
         };
         match written {
-            Ok(_) => {
+            Ok(written) => {
                 self.forget(&name);
-                self.wrote(&name, operation_id, &epoch, duration_seconds);
+                self.wrote(&name, operation_id, &epoch, duration_seconds, written);
                 Ok(Acquired::Held {
                     epoch,
                     duration_seconds,
@@ -672,6 +755,23 @@ impl Leases {
             Err(e) if is_conflict(&e) => Ok(raced(holder.as_deref())),
             Err(e) => Err(self.kube_error(&name)(e)),
         }
+    }
+
+    /// `Busy` when an operation of this manager has waited for the free
+    /// Lease `name` longer than `operation_id` of `who` (or it is kept for
+    /// an Apply that follows its Plan); that one is woken, if it was not yet
+    /// (found free before the watch said so).
+    fn older_waiter(&self, name: &str, operation_id: &str, who: &Addressee) -> Option<Acquired> {
+        let (first, wake) = self
+            .queue()
+            .ahead(name, operation_id, who, Instant::now())?;
+        self.wake(name, wake);
+        Some(Acquired::Busy {
+            holder: first.to_string(),
+            // Unless woken first, it asks again at the lifecycle's retry, as
+            // for a Lease held.
+            retry_after: crate::api::realm::LEASE_RETRY,
+        })
     }
 
     /// Renews the Lease held for the claim if it still carries `epoch` and
@@ -738,20 +838,20 @@ impl Leases {
             if lapsed(lease.spec.as_ref()) {
                 return Ok(Continuity::Lost);
             }
-            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-            let now = Timestamp::now();
             if !write {
+                self.read_ours(&name, &lease);
                 return Ok(Continuity::Held);
             }
-            spec.renew_time = Some(MicroTime(now));
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+            spec.renew_time = Some(MicroTime(Timestamp::now()));
             let duration = spec.lease_duration_seconds.unwrap_or(0);
             match self
                 .api
                 .replace(&name, &PostParams::default(), &lease)
                 .await
             {
-                Ok(_) => {
-                    self.wrote(&name, operation_id, epoch, duration);
+                Ok(renewed) => {
+                    self.wrote(&name, operation_id, epoch, duration, renewed);
                     return Ok(Continuity::Held);
                 }
                 // Written in between: read again and judge what is there now.
@@ -765,34 +865,78 @@ impl Leases {
     /// Releases the Lease only if it still carries `release.lease_epoch`:
     /// clears the holder and keeps the object (its next acquisition is
     /// immediate). Otherwise, or when it is gone, does nothing. Idempotent.
-    pub async fn release(&self, release: &PendingLockRelease) -> Result<(), LeaseError> {
+    ///
+    /// `followed_by`, the resource whose Apply follows the releasing Plan
+    /// at once, keeps the Plan's place: the Lease is kept for it ahead of
+    /// every waiter, from before the write, and it is woken.
+    pub async fn release(
+        &self,
+        release: &PendingLockRelease,
+        followed_by: Option<&Addressee>,
+    ) -> Result<(), LeaseError> {
         let name = lease_name(&release.coordination_digest);
-        self.forget_ours(&name);
+        if self.released().get(&name) == Some(&release.lease_epoch) {
+            return Ok(());
+        }
+        let mine = self.forget_ours(&name).map(|w| w.lease);
+        let released = self
+            .write_release(&name, release, mine, followed_by)
+            .await?;
+        if released {
+            self.released()
+                .insert(name.clone(), release.lease_epoch.clone());
+        }
+        // A place kept by a write that then failed, or by the release a
+        // pass before (a pass releases again until status forgets it),
+        // stands: the Apply's own ask takes it, or it lapses.
+        if released && let Some(who) = followed_by {
+            self.wake(&name, Some(who.clone()));
+        }
+        Ok(())
+    }
+
+    /// The release's writes: whether this call released the Lease.
+    async fn write_release(
+        &self,
+        name: &str,
+        release: &PendingLockRelease,
+        mine: Option<Lease>,
+        followed_by: Option<&Addressee>,
+    ) -> Result<bool, LeaseError> {
+        let epoch = release.lease_epoch.as_str();
+        // Written without a read over the copy this process last wrote or
+        // read under the epoch, or else the watch's; one gone stale fails
+        // its precondition and the Lease is read. A copy without the epoch
+        // may only trail the acquisition, so it is read too, never taken as
+        // released.
+        let mut copy = mine
+            .or_else(|| self.as_watched(name))
+            .filter(|lease| held_under(lease, epoch));
         for _ in 0..WRITE_ATTEMPTS {
-            let Some(mut lease) = self.read(&name).await? else {
-                return Ok(());
+            let current = match copy.take() {
+                Some(lease) => Some(lease),
+                None => self.read(name).await?,
             };
             // The epoch is unique to one acquisition: anything else belongs
             // to a later claim.
-            if annotation(&lease, ANNOTATION_LEASE_EPOCH) != Some(release.lease_epoch.as_str())
-                || holder_of(&lease).is_none()
-            {
-                return Ok(());
-            }
+            let Some(mut lease) = current.filter(|lease| held_under(lease, epoch)) else {
+                return Ok(false);
+            };
             if let Some(spec) = lease.spec.as_mut() {
                 spec.holder_identity = None;
             }
-            match self
-                .api
-                .replace(&name, &PostParams::default(), &lease)
-                .await
-            {
-                Ok(_) => return Ok(()),
+            // Before the write: a waiter woken by it finds the place kept.
+            if let Some(who) = followed_by {
+                let now = Instant::now();
+                self.queue().follows(name, &release.operation_id, who, now);
+            }
+            match self.api.replace(name, &PostParams::default(), &lease).await {
+                Ok(_) => return Ok(true),
                 Err(e) if is_conflict(&e) => continue,
-                Err(e) => return Err(self.kube_error(&name)(e)),
+                Err(e) => return Err(self.kube_error(name)(e)),
             }
         }
-        Err(self.contended(&name))
+        Err(self.contended(name))
     }
 }
 
@@ -807,6 +951,8 @@ impl std::fmt::Debug for Leases {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
@@ -929,10 +1075,77 @@ mod tests {
         }
     }
 
+    fn addressee(name: &str) -> Addressee {
+        Addressee {
+            name: name.into(),
+            ..who()
+        }
+    }
+
+    fn released(name: &str) -> Lease {
+        let mut lease = held_for(name, "op-b");
+        lease.spec.as_mut().expect("a spec").holder_identity = None;
+        lease
+    }
+
+    /// Leases over `seen` as the watch shows it, and who they wake.
+    fn watching(seen: Lease) -> (Leases, Arc<Mutex<Vec<String>>>) {
+        let (store, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(seen));
+        let leases = unreachable(store);
+        let woken = Arc::new(Mutex::new(Vec::new()));
+        let log = woken.clone();
+        leases.wake_with(move |_, who| log.lock().unwrap().push(who.name.clone()));
+        (leases, woken)
+    }
+
     #[tokio::test]
-    async fn a_lease_the_watch_shows_free_or_ours_is_always_read() {
+    async fn a_lease_the_watch_shows_free_goes_to_an_older_waiter_without_a_read() {
+        let digest = format!("sha256:{}", "ef".repeat(32));
+        let name = lease_name(&digest);
+        let (leases, woken) = watching(released(&name));
+        let t = Instant::now();
+        leases.queue().wait(&name, "op-b", &addressee("b"), t);
+        // Nothing answers at this API server: Busy came from the watch.
+        match leases.acquire(&digest, "op-a", 600, &who()).await {
+            Ok(Acquired::Busy { holder, .. }) => {
+                assert_eq!(holder, "operation op-b, which has waited longer");
+            }
+            other => panic!("expected Busy without a read, got {other:?}"),
+        }
+        assert_eq!(*woken.lock().unwrap(), ["b"]);
+        assert_eq!(leases.waiting(), 2, "op-a waits behind op-b");
+    }
+
+    #[tokio::test]
+    async fn a_woken_waiter_that_does_not_come_gives_way_to_the_next_after_the_grace() {
+        let digest = format!("sha256:{}", "12".repeat(32));
+        let name = lease_name(&digest);
+        let free = released(&name);
+        let (leases, woken) = watching(free.clone());
+        let t = Instant::now();
+        leases.queue().wait(&name, "op-b", &addressee("b"), t);
+        leases.queue().wait(&name, "op-c", &addressee("c"), t);
+        assert_eq!(leases.freed(&free, false), Some(addressee("b")));
+        // Within the grace two may still come; after it, three is woken.
+        assert_eq!(leases.still_free(&name, Instant::now()), None);
+        let after = Instant::now() + WOKEN_GRACE;
+        assert_eq!(leases.still_free(&name, after), Some(addressee("c")));
+        assert_eq!(*woken.lock().unwrap(), ["b", "c"]);
+
+        // A Lease the watch shows taken again wakes nobody.
+        let (leases, woken) = watching(held_for(&name, "op-x"));
+        leases.queue().wait(&name, "op-b", &addressee("b"), t);
+        assert_eq!(leases.still_free(&name, after), None);
+        assert!(woken.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_lease_the_watch_shows_free_or_ours_goes_to_the_api_server() {
         let digest = format!("sha256:{}", "cd".repeat(32));
         let name = lease_name(&digest);
+        // Free (written over the watch's copy) or held for this very
+        // operation (read): either way a request, which fails here.
         let mut released = held_for(&name, "op-b");
         released.spec.as_mut().expect("a spec").holder_identity = Some(String::new());
         for seen in [released, held_for(&name, "op-a")] {

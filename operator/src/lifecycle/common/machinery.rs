@@ -273,12 +273,13 @@ pub trait Machinery {
 
     /// An undispatched `op` claim whose database realm Lease another
     /// operation holds: the phase stays, the Ready message says what it
-    /// waits for, and it asks again in [`LEASE_RETRY`].
+    /// waits for, and it asks again in [`LEASE_RETRY`] unless the Lease is
+    /// released first (the watch wakes it).
     fn waits_for_lease(&mut self, op: OperationType) {
         if let Some(phase) = self.phase() {
             let message = format!(
                 "the {} waits for its database's realm Lease, which another operation holds; \
-                 it asks again every {} s",
+                 it is woken when the Lease is released, and asks again every {} s",
                 crate::protocol::naming::operation_name(op),
                 LEASE_RETRY.as_secs()
             );
