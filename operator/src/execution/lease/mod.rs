@@ -669,17 +669,12 @@ impl Leases {
         if let Some(busy) = self.busy_as_watched(&name, operation_id, duration_seconds) {
             return Ok(busy);
         }
-        // A Lease the watch shows free goes to an older waiter without a
-        // read, or is written over the watch's copy: the write's
+        // A Lease the watch shows free is written over the watch's copy,
+        // without a read (or goes to an older waiter, below): the write's
         // resourceVersion precondition refuses a copy gone stale.
         let free = self
             .as_watched(&name)
             .filter(|lease| holder_of(lease).is_none() && !self.holds(&name));
-        if free.is_some()
-            && let Some(busy) = self.older_waiter(&name, operation_id, who)
-        {
-            return Ok(busy);
-        }
         let current = match free {
             Some(lease) => Some(lease),
             None => self.read(&name).await?,
