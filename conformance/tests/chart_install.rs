@@ -357,13 +357,20 @@ async fn the_installed_chart_leads_with_one_replica_survives_its_loss_and_rotate
             })
             .await
             .with_context(|| format!("replica {}", pod.name_any()))?;
-        let restarts: i32 = pod
+        let statuses = pod
             .status
             .as_ref()
-            .and_then(|st| st.container_statuses.as_ref())
-            .map(|cs| cs.iter().map(|c| c.restart_count).sum())
+            .and_then(|st| st.container_statuses.clone())
             .unwrap_or_default();
-        assert_eq!(restarts, 0, "{} restarted", pod.name_any());
+        let restarts: i32 = statuses.iter().map(|c| c.restart_count).sum();
+        // Why it exited, from the manager's last lines (the chart's
+        // FallbackToLogsOnError).
+        let last: Vec<_> = statuses
+            .iter()
+            .filter_map(|c| c.last_state.as_ref()?.terminated.as_ref())
+            .map(|t| (t.exit_code, t.message.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(restarts, 0, "{} restarted: {last:?}", pod.name_any());
     }
     // The old CA gone: approvals are still stamped, and one is applied.
     set_ca_bundle(&ns, &release, &new_ca).await?;

@@ -47,6 +47,24 @@ pub enum Lost {
     },
 }
 
+/// The field manager a replica takes the Lease under: its own. The Lease is
+/// taken by a server-side apply of `holderIdentity`, and an apply conflicts
+/// only with another manager's fields: under one shared name, two replicas
+/// that both saw the Lease free both took it, both led until the earlier
+/// one's next renewal, and that one then stopped (a restart in the chart's
+/// Deployment). Field managers are at most 128 characters.
+fn field_manager(identity: &str) -> String {
+    let mut name = format!("ptah-operator/{identity}");
+    if name.len() > 128 {
+        let mut end = 128;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+    }
+    name
+}
+
 /// Waits until this replica holds the Lease, then runs `work` for as long
 /// as it does. Returns when `work` ends; an error when leadership is lost
 /// (then `work` is dropped, as a crash would stop it: the claims are written
@@ -75,7 +93,7 @@ where
         .with_identity(&election.identity)
         .with_duration(election.duration_seconds)
         .with_grace(grace)
-        .with_field_manager("ptah-operator")
+        .with_field_manager(field_manager(&election.identity))
         .build()
         .await
         .map_err(lease_err)?;
@@ -123,4 +141,19 @@ where
         Err(e) => tracing::warn!(error = %e, "the leader election task"),
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_replica_takes_the_lease_under_its_own_field_manager() {
+        assert_eq!(field_manager("pod-a"), "ptah-operator/pod-a");
+        assert_ne!(field_manager("pod-a"), field_manager("pod-b"));
+        let long = "é".repeat(100);
+        let name = field_manager(&long);
+        assert!(name.len() <= 128, "{} bytes", name.len());
+        assert!(name.starts_with("ptah-operator/é"));
+    }
 }
