@@ -16,6 +16,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use conformance::testkit::namespace::{NamespaceSpec, TestNamespace};
+use conformance::testkit::wait::Patience;
 use operator::controller::leader::{Election, lead};
 
 /// Rounds of a free Lease raced for. Under the shared field manager about
@@ -95,14 +96,11 @@ async fn replicas_that_see_the_lease_free_at_once_elect_one_leader() -> anyhow::
             }));
         }
         // One leads within a few seconds of the race, and goes on leading.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while leading.ever.load(Ordering::SeqCst) == 0 {
-            anyhow::ensure!(
-                tokio::time::Instant::now() < deadline,
-                "round {round}: no replica led within 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        Patience::new(Duration::from_secs(30), Duration::from_millis(100))
+            .poll(&format!("round {round}: a leader"), || async {
+                Ok((leading.ever.load(Ordering::SeqCst) > 0).then_some(()))
+            })
+            .await?;
         tokio::time::sleep(WATCH).await;
         let (now, most, ever) = (
             leading.now.load(Ordering::SeqCst),

@@ -8,6 +8,7 @@ use std::future::Future;
 
 use kube::Client;
 use kube_lease_manager::LeaseManagerBuilder;
+use sha2::Digest as _;
 
 /// Which Lease the replicas elect their leader on, and for how long a
 /// leader that stopped renewing keeps it.
@@ -52,17 +53,20 @@ pub enum Lost {
 /// only with another manager's fields: under one shared name, two replicas
 /// that both saw the Lease free both took it, both led until the earlier
 /// one's next renewal, and that one then stopped (a restart in the chart's
-/// Deployment). Field managers are at most 128 characters.
+/// Deployment). Field managers are at most 128 characters: a longer one
+/// keeps a digest of the whole identity, since replicas' names differ at
+/// their end.
 fn field_manager(identity: &str) -> String {
-    let mut name = format!("ptah-operator/{identity}");
-    if name.len() > 128 {
-        let mut end = 128;
-        while !name.is_char_boundary(end) {
-            end -= 1;
-        }
-        name.truncate(end);
+    let name = format!("ptah-operator/{identity}");
+    if name.len() <= 128 {
+        return name;
     }
-    name
+    let digest = hex::encode(&sha2::Sha256::digest(identity.as_bytes())[..8]);
+    let mut end = 128 - 17;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}~{digest}", &name[..end])
 }
 
 /// Waits until this replica holds the Lease, then runs `work` for as long
@@ -155,5 +159,7 @@ mod tests {
         let name = field_manager(&long);
         assert!(name.len() <= 128, "{} bytes", name.len());
         assert!(name.starts_with("ptah-operator/é"));
+        let (a, b) = (format!("{long}-a"), format!("{long}-b"));
+        assert_ne!(field_manager(&a), field_manager(&b));
     }
 }
