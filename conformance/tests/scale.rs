@@ -32,7 +32,8 @@ use anyhow::Context;
 use conformance::harness::{Harness, Parts};
 use conformance::testkit::audit::{self, events_since, is_write, job_creates, tally};
 use conformance::testkit::bench::{
-    Memory, cpu_seconds, empty_jobs_at_once, env_or, floor_ms, late_ms, memory_kib, quantile,
+    Memory, count_by, cpu_seconds, empty_jobs_at_once, env_or, floor_ms, late_ms, memory_kib,
+    quantile, turn_wait_ms,
 };
 use conformance::testkit::database::{Engine, TestDatabase};
 use conformance::testkit::manager::{Manager, ManagerSpec};
@@ -191,6 +192,10 @@ struct Figures {
     idle_jobs: usize,
     /// How late each due pass of the idle window started, sorted, in ms.
     idle_late: Vec<u64>,
+    /// How long each pass of the idle window waited for its turn, sorted, in ms.
+    idle_turns: Vec<u64>,
+    /// The idle window's realm Lease reads, by why the manager read.
+    idle_lease_reads: BTreeMap<String, usize>,
     idle_end: Sample,
     /// Every due pass of the run.
     all_late: Vec<u64>,
@@ -371,8 +376,30 @@ async fn scale(harness: &'static Harness, label: &str, shape: &Shape) -> anyhow:
     let idle_events = events_since(harness, idle_mark, ns.name())?;
     let idle = tally(&idle_events);
     let idle_jobs = job_creates(&idle_events).len();
-    let idle_late = late_ms(manager.log().get(idle_log..).unwrap_or_default());
+    let idle_text = manager.log().get(idle_log..).unwrap_or_default().to_owned();
+    let idle_late = late_ms(&idle_text);
+    let idle_turns = turn_wait_ms(&idle_text);
+    let idle_lease_reads = count_by(&idle_text, "reading a realm Lease", "why");
     let idle_end = sample(&manager)?;
+    // Printed now as well: a long run stopped during the edit keeps them.
+    let intervals = idle_window.as_secs_f64()
+        / parse_interval(&shape.interval).map_or(1.0, |d| d.as_secs_f64());
+    let per = |k: usize| k as f64 / shape.schemas as f64 / intervals;
+    let by = |verb: &str| -> String {
+        idle.iter()
+            .filter(|((v, _), _)| v == verb)
+            .map(|((_, r), k)| format!("{r} {:.2}", per(*k)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "scale: idle window over: requests per schema per interval {:.2} (gets: {}), Jobs {:.2}; due passes late p99 {} ms; turn wait p99 {} ms",
+        per(idle.values().sum()),
+        by("get"),
+        per(idle_jobs),
+        quantile(&idle_late, 0.99).unwrap_or(0),
+        quantile(&idle_turns, 0.99).unwrap_or(0)
+    );
 
     // The edit: a tenth of the ConfigMaps gain a column.
     let chosen: Vec<&Member> = edited(shape.schemas)
@@ -445,6 +472,8 @@ async fn scale(harness: &'static Harness, label: &str, shape: &Shape) -> anyhow:
         idle,
         idle_jobs,
         idle_late,
+        idle_turns,
+        idle_lease_reads,
         idle_end,
         all_late,
         edited: chosen.iter().map(|m| m.name.clone()).collect(),
@@ -632,6 +661,19 @@ fn report(shape: &Shape, members: &[Member], f: &Figures) {
         q(&f.all_late, 0.99),
         q(&f.all_late, 1.0)
     );
+    println!(
+        "turns, idle: {} passes, wait p50 {} ms, p99 {} ms, max {} ms",
+        f.idle_turns.len(),
+        q(&f.idle_turns, 0.5),
+        q(&f.idle_turns, 0.99),
+        q(&f.idle_turns, 1.0)
+    );
+    for (why, k) in &f.idle_lease_reads {
+        println!(
+            "realm Lease reads, idle, {why}: {:.3} per schema per interval",
+            per(*k)
+        );
+    }
     let mut phases: BTreeMap<String, usize> = BTreeMap::new();
     for p in f.final_phases.values() {
         *phases.entry(format!("{p:?}")).or_default() += 1;

@@ -242,11 +242,23 @@ pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
 /// How late each due pass started (the reconcile queue's wait), in ms,
 /// sorted: the manager's `due pass ... late_ms=` lines in `log`.
 pub fn late_ms(log: &str) -> Vec<u64> {
-    let mut late: Vec<u64> = log
+    numbers(log, "due pass", "late_ms")
+}
+
+/// How long each pass waited for its turn, in ms, sorted: the manager's
+/// `turn wait_ms=` lines in `log`.
+pub fn turn_wait_ms(log: &str) -> Vec<u64> {
+    numbers(log, " turn ", "wait_ms")
+}
+
+/// The values of `field=` on the lines of `log` that hold `marker`, sorted.
+fn numbers(log: &str, marker: &str, field: &str) -> Vec<u64> {
+    let key = format!("{field}=");
+    let mut found: Vec<u64> = log
         .lines()
-        .filter(|l| l.contains("due pass"))
+        .filter(|l| l.contains(marker))
         .filter_map(|l| {
-            l.split("late_ms=")
+            l.split(&key)
                 .nth(1)?
                 .split_whitespace()
                 .next()?
@@ -254,8 +266,26 @@ pub fn late_ms(log: &str) -> Vec<u64> {
                 .ok()
         })
         .collect();
-    late.sort_unstable();
-    late
+    found.sort_unstable();
+    found
+}
+
+/// How many lines of `log` that hold `marker` carry each value of `field=`
+/// (a quoted value whole, spaces and all).
+pub fn count_by(log: &str, marker: &str, field: &str) -> std::collections::BTreeMap<String, usize> {
+    let key = format!("{field}=");
+    let mut counts = std::collections::BTreeMap::new();
+    for line in log.lines().filter(|l| l.contains(marker)) {
+        let Some(rest) = line.split(&key).nth(1) else {
+            continue;
+        };
+        let value = match rest.strip_prefix('"') {
+            Some(quoted) => quoted.split('"').next().unwrap_or_default(),
+            None => rest.split_whitespace().next().unwrap_or_default(),
+        };
+        *counts.entry(value.to_owned()).or_default() += 1;
+    }
+    counts
 }
 
 /// The `q` quantile (0 < q ≤ 1) of `sorted`: the smallest value at least
@@ -309,4 +339,28 @@ pub async fn empty_jobs_at_once(ns: &TestNamespace, k: usize) -> anyhow::Result<
         })
         .await?;
     Ok(t0.elapsed().as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "\
+2026-12-07T16:00:00Z DEBUG ptah_operator::controller::turns: turn wait_ms=12 woken=false
+2026-12-07T16:00:00Z DEBUG ptah_operator::controller::pass: due pass kind=\"PtahSchema\" name=s1 late_ms=40
+2026-12-07T16:00:01Z DEBUG ptah_operator::controller::turns: turn wait_ms=3 woken=true
+2026-12-07T16:00:01Z DEBUG ptah_operator::execution::lease: reading a realm Lease lease=\"ptah-realm-a\" why=\"acquire: held as watched\"
+2026-12-07T16:00:02Z DEBUG ptah_operator::execution::lease: reading a realm Lease lease=\"ptah-realm-b\" why=\"acquire: held as watched\"
+2026-12-07T16:00:02Z DEBUG ptah_operator::execution::lease: reading a realm Lease lease=\"ptah-realm-b\" why=verify
+";
+
+    #[test]
+    fn each_measure_reads_only_its_own_lines() {
+        assert_eq!(turn_wait_ms(LOG), vec![3, 12]);
+        assert_eq!(late_ms(LOG), vec![40]);
+        let reads = count_by(LOG, "reading a realm Lease", "why");
+        assert_eq!(reads.get("acquire: held as watched"), Some(&2));
+        assert_eq!(reads.get("verify"), Some(&1));
+        assert_eq!(reads.len(), 2);
+    }
 }

@@ -272,34 +272,44 @@ pub async fn claim_job(
         return Ok(ClaimJob::Unnamed);
     };
     // The Job store first: a Job ours in it is running or has ended (an end
-    // is never undone); one not there yet is read from the API server. So
-    // is one the store has shown running for over a minute, once a minute:
-    // at 300 schemas the store held an Apply Job as running 28 minutes
-    // after it completed, and the claim (with its database's realm Lease)
-    // waited on it all that time; at 1,000, reading such Jobs on every pass
-    // doubled the Job reads.
-    let key = format!("{ns}/{job_name}");
-    let stored = ctx
+    // is never undone); one not there yet is read from the API server,
+    // unless this manager created (or read) it within the minute: the watch
+    // trails the create, and at 100 schemas nearly every Job was read once
+    // for that alone. A Job the store has shown running for over a minute is
+    // read too, at intervals that grow with its age: at 300 schemas the
+    // store held an Apply Job as running 28 minutes after it completed, and
+    // the claim (with its database's realm Lease) waited on it all that
+    // time; at 1,000 a read every minute of a Job waiting in the kubelet's
+    // queue doubled the Job reads.
+    let key = job_key(ns, job_name);
+    let in_store = ctx
         .stores()
         .jobs
-        .get(&kube::runtime::reflector::ObjectRef::new(job_name).within(ns))
+        .get(&kube::runtime::reflector::ObjectRef::new(job_name).within(ns));
+    let stored = in_store
+        .as_deref()
         .filter(|j| is_job_of_claim(j, &claim_input(c), owner_uid))
-        .filter(|j| {
-            super::harvest::terminal(j)
-                || !running_longer_than(j, STORE_TRUSTED_RUNNING)
-                || !ctx.job_reads.due(&key)
-        })
-        .map(|j| (*j).clone());
+        .filter(|j| super::harvest::terminal(j) || !running_due_a_read(ctx, &key, j))
+        .cloned();
+    let handed = ctx.inbox.result(to, &c.operation_id, c.attempt).is_some();
     let job = match stored {
         Some(j) => Some(j),
-        None => Api::<Job>::namespaced(ctx.client.clone(), ns)
-            .get_opt(job_name)
-            .await
-            .map_err(kube_err(format!("reading Job {job_name}")))?,
+        None if in_store.is_none() && !handed && ctx.job_reads.recent(&key) => {
+            return Ok(ClaimJob::Running(c.job_uid.clone()));
+        }
+        None => {
+            let read = Api::<Job>::namespaced(ctx.client.clone(), ns)
+                .get_opt(job_name)
+                .await
+                .map_err(kube_err(format!("reading Job {job_name}")))?;
+            if read.is_some() {
+                ctx.job_reads.mark(&key);
+            }
+            read
+        }
     };
     Ok(match job {
         Some(j) if is_job_of_claim(&j, &claim_input(c), owner_uid) => {
-            let handed = ctx.inbox.result(to, &c.operation_id, c.attempt).is_some();
             if handed || super::harvest::terminal(&j) {
                 ctx.job_reads.forget(&key);
                 ClaimJob::Ended(Box::new(j))
@@ -318,16 +328,36 @@ pub async fn claim_job(
 /// and then how often it is read from the API server.
 pub const STORE_TRUSTED_RUNNING: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Whether `job` was created more than `limit` ago.
-fn running_longer_than(job: &Job, limit: std::time::Duration) -> bool {
-    job.metadata.creation_timestamp.as_ref().is_some_and(|t| {
-        now()
-            .0
-            .duration_since(t.0)
-            .as_secs()
-            .try_into()
-            .is_ok_and(|s: u64| s > limit.as_secs())
-    })
+/// The key of a Job in [`Context::job_reads`].
+pub fn job_key(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}")
+}
+
+/// Whether a Job the store shows running is due a read from the API
+/// server: once it has run [`STORE_TRUSTED_RUNNING`], then each time its
+/// age has doubled since the last read (at 1, 2, 4, 8… minutes).
+fn running_due_a_read(ctx: &Context, key: &str, job: &Job) -> bool {
+    age(job)
+        .and_then(read_every)
+        .is_some_and(|every| ctx.job_reads.due_after(key, every))
+}
+
+/// How often a Job the store shows running is read at `age`: not before
+/// [`STORE_TRUSTED_RUNNING`], then after half its age since the last read.
+fn read_every(age: std::time::Duration) -> Option<std::time::Duration> {
+    (age > STORE_TRUSTED_RUNNING).then_some(age / 2)
+}
+
+/// How long ago `job` was created (none without a creation time).
+fn age(job: &Job) -> Option<std::time::Duration> {
+    let created = job.metadata.creation_timestamp.as_ref()?;
+    let secs: u64 = now()
+        .0
+        .duration_since(created.0)
+        .as_secs()
+        .try_into()
+        .ok()?;
+    Some(std::time::Duration::from_secs(secs))
 }
 
 /// The attempt's result: handed over by the receiver, or stored by it.
@@ -450,6 +480,8 @@ pub async fn create_job(
         }
         Err(e) => return Err(kube_err(format!("creating Job {job_name}"))(e)),
     };
+    // The create's answer stands for a read until the watch shows the Job.
+    ctx.job_reads.mark(&job_key(ns, &job_name));
     tracing::info!(namespace = ns, job = %job_name, operation = ?c.type_, "Job created");
     ctx.fault(FaultPoint::AfterJobCreate, c.type_);
     Ok(Dispatched::Created(uid))
@@ -883,7 +915,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_job_the_store_shows_running_is_trusted_for_a_minute() {
+    fn a_job_the_store_shows_running_is_trusted_for_a_minute_then_read_as_its_age_doubles() {
         let created = |secs_ago: i64| {
             let mut j = Job::default();
             j.metadata.creation_timestamp = Some(Time(
@@ -891,9 +923,34 @@ mod tests {
             ));
             j
         };
-        assert!(!running_longer_than(&created(10), STORE_TRUSTED_RUNNING));
-        assert!(running_longer_than(&created(61 + 5), STORE_TRUSTED_RUNNING));
-        assert!(!running_longer_than(&Job::default(), STORE_TRUSTED_RUNNING));
+        let every = |secs_ago| age(&created(secs_ago)).and_then(read_every);
+        assert_eq!(every(10), None);
+        assert_eq!(every(60), None);
+        let at_66 = every(66).expect("read after a minute");
+        assert!((32..=34).contains(&at_66.as_secs()), "{at_66:?}");
+        let at_600 = every(600).expect("read");
+        assert!((299..=301).contains(&at_600.as_secs()), "{at_600:?}");
+        assert_eq!(age(&Job::default()), None, "no creation time: never read");
+    }
+
+    #[test]
+    fn a_running_jobs_reads_come_as_its_age_doubles() {
+        // `Paced::due_after`, second by second (its own tests hold it to
+        // this): a read when the time since the last is at least the pace.
+        let mut last: Option<u64> = None;
+        let mut reads = Vec::new();
+        for s in 1..=540u64 {
+            let Some(every) = read_every(std::time::Duration::from_secs(s)) else {
+                continue;
+            };
+            let every = every.max(STORE_TRUSTED_RUNNING);
+            if last.is_none_or(|l| std::time::Duration::from_secs(s - l) >= every) {
+                reads.push(s);
+                last = Some(s);
+            }
+        }
+        // Four reads over a nine-minute Job, where a read a minute made eight.
+        assert_eq!(reads, vec![61, 122, 244, 488]);
     }
 
     #[test]

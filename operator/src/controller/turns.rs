@@ -62,6 +62,7 @@ impl<K: Hash + Eq + Clone> Express<K> {
         pass: impl FnOnce() -> F,
     ) -> F::Output {
         let woken = self.notify(who);
+        let asked = std::time::Instant::now();
         let turn = tokio::select! {
             biased;
             () = woken.notified() => None,
@@ -73,6 +74,10 @@ impl<K: Hash + Eq + Clone> Express<K> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(who);
+        // The wait for a turn alone (docs/performance.md reads it from this
+        // line), apart from how late the pass was due.
+        let wait_ms = u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX);
+        tracing::debug!(wait_ms, woken = turn.is_none(), "turn");
         let _turn = turn;
         Box::pin(pass()).await
     }

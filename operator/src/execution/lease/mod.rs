@@ -24,10 +24,12 @@
 //! * Copies stand in for a read where a stale one cannot mislead: a Lease
 //!   the watch shows held elsewhere is `Busy` (read once a minute all the
 //!   same); one it shows free, unless this process holds it by a later
-//!   write, is taken over the watch's copy; and a release is written over
+//!   write, is taken over the watch's copy; a renewal is written over the
+//!   copy of this process's last write under the epoch; and a release over
 //!   the copy this process last wrote or read under the epoch (else the
 //!   watch's). The precondition refuses a stale copy, and the Lease is
-//!   read then. A Lease taken and released costs two writes and no read.
+//!   read then. A Lease taken and released costs two writes and no read;
+//!   the one read left is the seed's, before a result is harvested.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
@@ -66,6 +68,9 @@ const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 /// How often a Lease the watch shows held for another operation is read
 /// from the API server all the same (a watch may trail).
 const WATCH_TRUSTED: Duration = Duration::from_secs(60);
+/// How many released epochs [`Leases::release`] remembers: more than the
+/// releases of every realm Lease within a pass's reach.
+const RELEASED_KEPT: usize = 1024;
 /// Writes tried before a Lease that keeps changing is reported contended.
 const WRITE_ATTEMPTS: u32 = 3;
 
@@ -124,10 +129,13 @@ pub struct Leases {
     /// Our own Leases by name: the epoch last written and when, on this
     /// process's monotonic clock, with its duration.
     ours: Mutex<HashMap<String, Written>>,
-    /// The epoch this process last released each Lease under: a pass
-    /// releases again until status forgets the release, and an epoch
-    /// released is never held again, so that asks nothing.
-    released: Mutex<HashMap<String, String>>,
+    /// The epochs this process released lately (or found no longer held),
+    /// oldest first: a pass releases again until status forgets the
+    /// release, and an epoch released is never held again (each is unique),
+    /// so that asks nothing. One epoch a Lease was not enough: ten schemas
+    /// sharing a database release under ten epochs in turn, and each pass of
+    /// a schema whose release was no longer the last read the Lease.
+    released: Mutex<std::collections::VecDeque<String>>,
     /// The realm Leases as the manager's watch keeps them, once it runs.
     watched: OnceLock<Store<Lease>>,
     /// When each Lease found held through the watch was last read.
@@ -295,7 +303,7 @@ impl Leases {
             holder: holder.to_owned(),
             foreign: Mutex::new(HashMap::new()),
             ours: Mutex::new(HashMap::new()),
-            released: Mutex::new(HashMap::new()),
+            released: Mutex::new(std::collections::VecDeque::new()),
             watched: OnceLock::new(),
             reads: Paced::every(WATCH_TRUSTED),
             waiting: Mutex::new(queue::Queue::default()),
@@ -435,7 +443,7 @@ impl Leases {
         })
     }
 
-    fn released(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+    fn released(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<String>> {
         self.released.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -520,8 +528,10 @@ impl Leases {
         }
     }
 
-    /// The Lease as the API server has it now; `None` when absent.
-    async fn read(&self, name: &str) -> Result<Option<Lease>, LeaseError> {
+    /// The Lease as the API server has it now; `None` when absent. `why`
+    /// names the caller in the debug log (the benchmark counts reads by it).
+    async fn read(&self, name: &str, why: &'static str) -> Result<Option<Lease>, LeaseError> {
+        tracing::debug!(lease = name, why, "reading a realm Lease");
         self.api.get_opt(name).await.map_err(self.kube_error(name))
     }
 
@@ -672,12 +682,17 @@ impl Leases {
         // A Lease the watch shows free is written over the watch's copy,
         // without a read (or goes to an older waiter, below): the write's
         // resourceVersion precondition refuses a copy gone stale.
-        let free = self
-            .as_watched(&name)
-            .filter(|lease| holder_of(lease).is_none() && !self.holds(&name));
+        let watched = self.as_watched(&name);
+        let why = match &watched {
+            None => "acquire: not watched",
+            Some(_) if self.holds(&name) => "acquire: held by this manager",
+            Some(lease) if holder_of(lease).is_some() => "acquire: held as watched",
+            Some(_) => "acquire: free",
+        };
+        let free = watched.filter(|lease| holder_of(lease).is_none() && !self.holds(&name));
         let current = match free {
             Some(lease) => Some(lease),
-            None => self.read(&name).await?,
+            None => self.read(&name, why).await?,
         };
 
         let raced = |holder: Option<&str>| Acquired::Busy {
@@ -701,7 +716,13 @@ impl Leases {
                 let duration = lease.spec.as_ref().and_then(|s| s.lease_duration_seconds);
                 return Ok(
                     match self
-                        .renew_once(coordination_digest, operation_id, &epoch, true)
+                        .renew_once(
+                            coordination_digest,
+                            operation_id,
+                            &epoch,
+                            true,
+                            (Some(lease.clone()), "acquire: renew"),
+                        )
                         .await?
                     {
                         Continuity::Held => Acquired::Held {
@@ -780,11 +801,26 @@ impl Leases {
         operation_id: &str,
         epoch: &str,
     ) -> Result<Continuity, LeaseError> {
+        // Written over the copy of our last write under the epoch, without a
+        // read: its precondition refuses it if anything wrote since, and the
+        // Lease is read then.
+        let name = lease_name(coordination_digest);
+        let mine = self
+            .ours()
+            .get(&name)
+            .filter(|w| w.operation_id == operation_id && w.epoch == epoch)
+            .map(|w| w.lease.clone());
         let continuity = self
-            .renew_once(coordination_digest, operation_id, epoch, true)
+            .renew_once(
+                coordination_digest,
+                operation_id,
+                epoch,
+                true,
+                (mine, "renew"),
+            )
             .await?;
         if continuity == Continuity::Lost {
-            self.forget_ours(&lease_name(coordination_digest));
+            self.forget_ours(&name);
         }
         Ok(continuity)
     }
@@ -802,7 +838,13 @@ impl Leases {
     ) -> Result<Continuity, LeaseError> {
         let fresh = self.fresh(&lease_name(coordination_digest), operation_id, epoch);
         let continuity = self
-            .renew_once(coordination_digest, operation_id, epoch, !fresh)
+            .renew_once(
+                coordination_digest,
+                operation_id,
+                epoch,
+                !fresh,
+                (None, "verify"),
+            )
             .await?;
         if continuity == Continuity::Lost {
             self.forget_ours(&lease_name(coordination_digest));
@@ -810,16 +852,23 @@ impl Leases {
         Ok(continuity)
     }
 
+    /// Judges (and with `write` renews) the Lease over `copy`, or over a
+    /// read named `why` when there is none or the copy's write is refused.
     async fn renew_once(
         &self,
         coordination_digest: &str,
         operation_id: &str,
         epoch: &str,
         write: bool,
+        (mut copy, why): (Option<Lease>, &'static str),
     ) -> Result<Continuity, LeaseError> {
         let name = lease_name(coordination_digest);
         for _ in 0..WRITE_ATTEMPTS {
-            let Some(mut lease) = self.read(&name).await? else {
+            let current = match copy.take() {
+                Some(lease) => Some(lease),
+                None => self.read(&name, why).await?,
+            };
+            let Some(mut lease) = current else {
                 return Ok(Continuity::Lost);
             };
             // The epoch is unique to one acquisition, whoever holds it now
@@ -870,17 +919,20 @@ impl Leases {
         followed_by: Option<&Addressee>,
     ) -> Result<(), LeaseError> {
         let name = lease_name(&release.coordination_digest);
-        if self.released().get(&name) == Some(&release.lease_epoch) {
+        if self.released().contains(&release.lease_epoch) {
             return Ok(());
         }
         let mine = self.forget_ours(&name).map(|w| w.lease);
         let released = self
             .write_release(&name, release, mine, followed_by)
             .await?;
-        if released {
-            self.released()
-                .insert(name.clone(), release.lease_epoch.clone());
+        // Released now, or no longer under the epoch: done either way.
+        let mut done = self.released();
+        if done.len() >= RELEASED_KEPT {
+            done.pop_front();
         }
+        done.push_back(release.lease_epoch.clone());
+        drop(done);
         // A place kept by a write that then failed, or by the release a
         // pass before (a pass releases again until status forgets it),
         // stands: the Apply's own ask takes it, or it lapses.
@@ -910,7 +962,7 @@ impl Leases {
         for _ in 0..WRITE_ATTEMPTS {
             let current = match copy.take() {
                 Some(lease) => Some(lease),
-                None => self.read(name).await?,
+                None => self.read(name, "release").await?,
             };
             // The epoch is unique to one acquisition: anything else belongs
             // to a later claim.
