@@ -273,9 +273,13 @@ pub async fn claim_job(
     };
     // The Job store first: a Job ours in it is running or has ended (an end
     // is never undone); one not there yet is read from the API server,
-    // unless this manager created (or read) it within the minute: the watch
-    // trails the create, and at 100 schemas nearly every Job was read once
-    // for that alone. A Job the store has shown running for over a minute is
+    // unless this manager created (or read) it within the minute and it is
+    // a read, whose runner hands its result over (the hand-over wakes the
+    // pass, which then reads the Job): the watch trails the create, and at
+    // 100 schemas nearly every Job was read once for that alone. An Apply's
+    // result is stored, not handed over, so only its Job tells its end:
+    // taken as running without a read, an Apply whose end the watch did not
+    // show held its database's Lease a minute more. A Job the store has shown running for over a minute is
     // read too, at intervals that grow with its age: at 300 schemas the
     // store held an Apply Job as running 28 minutes after it completed, and
     // the claim (with its database's realm Lease) waited on it all that
@@ -294,7 +298,11 @@ pub async fn claim_job(
     let handed = ctx.inbox.result(to, &c.operation_id, c.attempt).is_some();
     let job = match stored {
         Some(j) => Some(j),
-        None if in_store.is_none() && !handed && ctx.job_reads.recent(&key) => {
+        None if in_store.is_none()
+            && !handed
+            && announces_its_end(c.type_)
+            && ctx.job_reads.recent(&key) =>
+        {
             return Ok(ClaimJob::Running(c.job_uid.clone()));
         }
         None => {
@@ -327,6 +335,13 @@ pub async fn claim_job(
 /// How long a Job the store shows running is taken from the store alone,
 /// and then how often it is read from the API server.
 pub const STORE_TRUSTED_RUNNING: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether the receiver's hand-over announces the end of an operation's
+/// Job (a read's result is handed over and wakes its pass; an Apply's is
+/// stored).
+fn announces_its_end(operation: OperationType) -> bool {
+    operation != OperationType::Apply
+}
 
 /// The key of a Job in [`Context::job_reads`].
 pub fn job_key(ns: &str, name: &str) -> String {
@@ -931,6 +946,20 @@ mod tests {
         let at_600 = every(600).expect("read");
         assert!((299..=301).contains(&at_600.as_secs()), "{at_600:?}");
         assert_eq!(age(&Job::default()), None, "no creation time: never read");
+    }
+
+    #[test]
+    fn only_a_read_is_taken_as_running_before_the_watch_shows_its_job() {
+        for read in [
+            OperationType::Resolve,
+            OperationType::Verify,
+            OperationType::Observe,
+            OperationType::Plan,
+            OperationType::History,
+        ] {
+            assert!(announces_its_end(read), "{read:?}");
+        }
+        assert!(!announces_its_end(OperationType::Apply));
     }
 
     #[test]

@@ -3,16 +3,27 @@
 //! acknowledgments, a resource's ended Jobs), and its subscribers are what
 //! wake the controllers. ConfigMaps are watched by their metadata only: a
 //! pass needs to know one changed, and reads the few it names.
+//!
+//! The watch hands each event's object to every subscriber itself, not
+//! through kube-runtime's shared store (`store_shared`): a subscriber of that
+//! looks each object up in the store when it takes the event, and one
+//! deleted meanwhile (a harvested Job at its TTL, a result ConfigMap) leaves
+//! it pending with nothing to wake it. Its buffer then fills, the watch
+//! waits for it, and the store stops: at 100 schemas the Job store stood
+//! still seven minutes in, once the first harvested Jobs were deleted, and
+//! every Job was read from the API server from then on.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::StreamExt;
+use futures::channel::mpsc;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PartialObjectMeta};
-use kube::runtime::reflector::{self, ReflectHandle, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
@@ -27,9 +38,11 @@ use crate::api::schema::PtahSchema;
 
 use super::flux::{GitRepository, OCIRepository};
 
-/// How many events a subscriber may trail its watch by before the watch
-/// waits for it.
-const SUBSCRIBER_BUFFER: usize = 1024;
+/// The objects of one kind's watch, as one subscriber takes them: every
+/// object applied, listed or deleted. The channel is unbounded: the
+/// controllers take as fast as the watch gives, and a watch that waited for
+/// a subscriber stopped its store with it.
+pub type Subscriber<K> = mpsc::UnboundedReceiver<Arc<K>>;
 
 /// What every pass reads instead of the API server.
 #[derive(Clone)]
@@ -97,17 +110,17 @@ pub struct Subscribers<
     A: Resource<DynamicType = ()> + Clone + 'static,
 > {
     /// Its resources.
-    pub resources: ReflectHandle<K>,
+    pub resources: Subscriber<K>,
     /// Its approvals.
-    pub approvals: ReflectHandle<A>,
+    pub approvals: Subscriber<A>,
     /// The Jobs.
-    pub jobs: ReflectHandle<Job>,
+    pub jobs: Subscriber<Job>,
     /// ConfigMaps.
-    pub config_maps: ReflectHandle<PartialObjectMeta<ConfigMap>>,
+    pub config_maps: Subscriber<PartialObjectMeta<ConfigMap>>,
     /// PtahRealms.
-    pub realms: ReflectHandle<PtahRealm>,
+    pub realms: Subscriber<PtahRealm>,
     /// Flux's `GitRepository` and `OCIRepository` objects, when served.
-    pub flux: Option<(ReflectHandle<GitRepository>, ReflectHandle<OCIRepository>)>,
+    pub flux: Option<(Subscriber<GitRepository>, Subscriber<OCIRepository>)>,
 }
 
 /// A watch to poll for as long as the manager runs.
@@ -122,7 +135,7 @@ pub struct Shared {
     /// What wakes the PtahMigration controller.
     pub migrations: Subscribers<PtahMigration, PtahMigrationApproval>,
     /// What wakes the PtahMigration controller besides.
-    pub acknowledgments: ReflectHandle<PtahMigrationRunAcknowledgment>,
+    pub acknowledgments: Subscriber<PtahMigrationRunAcknowledgment>,
     /// The watches, to poll.
     pub watches: Vec<Watch>,
 }
@@ -288,7 +301,7 @@ fn share<K, const N: usize>(
     api: Api<K>,
     cfg: watcher::Config,
     keep: fn(&mut K),
-) -> (Store<K>, [ReflectHandle<K>; N])
+) -> (Store<K>, [Subscriber<K>; N])
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -298,18 +311,40 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store_shared(SUBSCRIBER_BUFFER);
-    let subs = std::array::from_fn(|_| writer.subscribe().expect("a shared store subscribes"));
+    let (store, writer) = reflector::store();
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..N).map(|_| mpsc::unbounded()).unzip();
+    let Ok(subs) = <[Subscriber<K>; N]>::try_from(receivers) else {
+        unreachable!("N channels were made");
+    };
     let kind = K::kind(&()).to_string();
     // An `Api` of `PartialObjectMeta` lists and watches metadata only.
     watches.push(Box::pin(
         watcher(api, cfg)
             .default_backoff()
             .modify(keep)
-            .reflect_shared(writer)
-            .for_each(move |e| log_error(&kind, e.err())),
+            .reflect(writer)
+            .for_each(move |e| {
+                if let Ok(event) = &e {
+                    hand_out(&senders, event);
+                }
+                log_error(&kind, e.err())
+            }),
     ));
     (store, subs)
+}
+
+/// Gives the object of `event` (applied, listed or deleted) to every
+/// subscriber; a subscriber gone (its controller stopped) is skipped.
+fn hand_out<K: Clone>(senders: &[mpsc::UnboundedSender<Arc<K>>], event: &watcher::Event<K>) {
+    let obj = match event {
+        watcher::Event::Apply(obj)
+        | watcher::Event::InitApply(obj)
+        | watcher::Event::Delete(obj) => Arc::new(obj.clone()),
+        watcher::Event::Init | watcher::Event::InitDone => return,
+    };
+    for sender in senders {
+        let _ = sender.unbounded_send(obj.clone());
+    }
 }
 
 fn log_error(kind: &str, e: Option<watcher::Error>) -> futures::future::Ready<()> {
@@ -317,4 +352,73 @@ fn log_error(kind: &str, e: Option<watcher::Error>) -> futures::future::Ready<()
         tracing::warn!(kind, error = %e, "watch failed; retrying with backoff");
     }
     futures::future::ready(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(name: &str) -> Job {
+        let mut j = Job::default();
+        j.metadata.name = Some(name.into());
+        j.metadata.namespace = Some("ns".into());
+        j
+    }
+
+    /// kube-runtime's shared subscriber looked each object up in the store
+    /// when it took the event: a Job deleted before then left it pending for
+    /// good, and the watch stopped once its buffer was full. Each
+    /// subscriber here holds the objects themselves, the deleted one too.
+    #[test]
+    fn every_subscriber_gets_each_object_applied_listed_or_deleted() {
+        let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..2).map(|_| mpsc::unbounded()).unzip();
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(job("listed")),
+            watcher::Event::InitDone,
+            watcher::Event::Apply(job("harvested")),
+            watcher::Event::Delete(job("harvested")),
+        ] {
+            hand_out(&senders, &event);
+        }
+        drop(senders);
+        for rx in &mut receivers {
+            let names: Vec<String> = futures::executor::block_on_stream(rx)
+                .map(|j| j.metadata.name.clone().unwrap_or_default())
+                .collect();
+            assert_eq!(names, ["listed", "harvested", "harvested"]);
+        }
+    }
+
+    /// Why the watch does not use kube-runtime's shared subscribers (5.0):
+    /// one that takes an object deleted from the store since answers
+    /// pending with nothing left to wake it, though the next object waits.
+    /// Should this fail, kube-runtime has mended it.
+    #[test]
+    fn kube_runtimes_shared_subscriber_stops_at_an_object_deleted_meanwhile() {
+        use futures::task::{Context, noop_waker_ref};
+        let (_store, writer) = reflector::store_shared::<Job>(16);
+        let mut subscriber = writer.subscribe().expect("a shared store subscribes");
+        let events = futures::stream::iter([
+            Ok(watcher::Event::Apply(job("harvested"))),
+            Ok(watcher::Event::Delete(job("harvested"))),
+            Ok(watcher::Event::Apply(job("next"))),
+        ]);
+        futures::executor::block_on(reflector::reflector(writer, events).for_each(|_| async {}));
+        let mut cx = Context::from_waker(noop_waker_ref());
+        assert!(
+            subscriber.poll_next_unpin(&mut cx).is_pending(),
+            "the deleted Job's event answers pending, though `next` is ready behind it"
+        );
+    }
+
+    #[test]
+    fn a_subscriber_gone_holds_nothing_back() {
+        let (tx_gone, rx_gone) = mpsc::unbounded();
+        let (tx, mut rx) = mpsc::unbounded();
+        drop(rx_gone);
+        hand_out(&[tx_gone, tx], &watcher::Event::Apply(job("a")));
+        let got = rx.try_recv().expect("an object, ready");
+        assert_eq!(got.metadata.name.as_deref(), Some("a"));
+    }
 }
