@@ -164,6 +164,12 @@ struct Sample {
     cpu_s: f64,
 }
 
+/// How many of the shape's intervals `window` spans (one interval when the
+/// interval does not parse).
+fn intervals_in(shape: &Shape, window: Duration) -> f64 {
+    window.as_secs_f64() / parse_interval(&shape.interval).map_or(1.0, |d| d.as_secs_f64())
+}
+
 fn sample(manager: &Manager) -> anyhow::Result<Sample> {
     Ok(Sample {
         memory: memory_kib(manager.pid())?,
@@ -382,8 +388,7 @@ async fn scale(harness: &'static Harness, label: &str, shape: &Shape) -> anyhow:
     let idle_lease_reads = count_by(&idle_text, "reading a realm Lease", "why");
     let idle_end = sample(&manager)?;
     // Printed now as well: a long run stopped during the edit keeps them.
-    let intervals = idle_window.as_secs_f64()
-        / parse_interval(&shape.interval).map_or(1.0, |d| d.as_secs_f64());
+    let intervals = intervals_in(shape, idle_window);
     let per = |k: usize| k as f64 / shape.schemas as f64 / intervals;
     let by = |verb: &str| -> String {
         idle.iter()
@@ -563,8 +568,7 @@ fn report(shape: &Shape, members: &[Member], f: &Figures) {
     let per_job = f.burst_ms as f64 / shape.burst as f64;
     let cold_s = f.cold_ms.values().max().copied().unwrap_or(0) as f64 / 1000.0;
     let edit_s = f.edit_ms.values().max().copied().unwrap_or(0) as f64 / 1000.0;
-    let intervals = f.idle_window.as_secs_f64()
-        / parse_interval(&shape.interval).map_or(1.0, |d| d.as_secs_f64());
+    let intervals = intervals_in(shape, f.idle_window);
     let per = |k: usize| k as f64 / n as f64 / intervals;
     let requests: usize = f.idle.values().sum();
     let writes: usize = f

@@ -272,19 +272,14 @@ pub async fn claim_job(
         return Ok(ClaimJob::Unnamed);
     };
     // The Job store first: a Job ours in it is running or has ended (an end
-    // is never undone); one not there yet is read from the API server,
-    // unless this manager created (or read) it within the minute and it is
-    // a read, whose runner hands its result over (the hand-over wakes the
-    // pass, which then reads the Job): the watch trails the create, and at
-    // 100 schemas nearly every Job was read once for that alone. An Apply's
-    // result is stored, not handed over, so only its Job tells its end:
-    // taken as running without a read, an Apply whose end the watch did not
-    // show held its database's Lease a minute more. A Job the store has shown running for over a minute is
-    // read too, at intervals that grow with its age: at 300 schemas the
-    // store held an Apply Job as running 28 minutes after it completed, and
-    // the claim (with its database's realm Lease) waited on it all that
-    // time; at 1,000 a read every minute of a Job waiting in the kubelet's
-    // queue doubled the Job reads.
+    // is never undone). One not there yet is read from the API server,
+    // unless it is a read's Job this manager created (or read) within the
+    // minute: the watch trails the create, and the runner's hand-over wakes
+    // the pass, which then reads it. An Apply's result is stored, not handed
+    // over, so only its Job tells its end: it is always read. A Job the
+    // store has shown running for over a minute is read too, at intervals
+    // that grow with its age (a store that trails must not hold a claim and
+    // its database's realm Lease for long).
     let key = job_key(ns, job_name);
     let in_store = ctx
         .stores()

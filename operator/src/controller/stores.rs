@@ -312,10 +312,9 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..N).map(|_| mpsc::unbounded()).unzip();
-    let Ok(subs) = <[Subscriber<K>; N]>::try_from(receivers) else {
-        unreachable!("N channels were made");
-    };
+    let channels: [_; N] = std::array::from_fn(|_| mpsc::unbounded());
+    let senders: Vec<_> = channels.iter().map(|(tx, _)| tx.clone()).collect();
+    let subs = channels.map(|(_, rx)| rx);
     let kind = K::kind(&()).to_string();
     // An `Api` of `PartialObjectMeta` lists and watches metadata only.
     watches.push(Box::pin(
