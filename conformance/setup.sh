@@ -61,9 +61,11 @@ if [ "$command" = test ] && [ "$part" != later ]; then
   # The test runner builds beside the Go tools: neither keeps both cores
   # busy throughout (downloads, links).
   if ! cargo nextest --version 2>/dev/null | grep -q "$NEXTEST_VERSION"; then
-    say "installing cargo-nextest $NEXTEST_VERSION beside the tools (about 10 minutes on 2 cores, once)"
+    say "installing cargo-nextest $NEXTEST_VERSION beside the tools (a few minutes on 2 cores, once)"
     # Without self-update (nextest's advice for CI builds): fewer crates.
-    cargo install --locked --quiet cargo-nextest --version "$NEXTEST_VERSION" \
+    # The debug profile: the runner starts processes and waits on them, and
+    # an optimised build cost minutes of a fresh run's two cores.
+    cargo install --locked --quiet --debug cargo-nextest --version "$NEXTEST_VERSION" \
       --no-default-features --features default-no-update &
     runner=$!
   fi
